@@ -1,0 +1,267 @@
+// Package agent is the amphora agent itself: it owns the live
+// configuration, the one lock that serializes mutations, and the operations
+// the API exposes. It knows nothing of HTTP.
+package agent
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
+	"github.com/amphora-agent/amphora-agent/certs"
+	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/keepalived"
+)
+
+// APIVersion is what version discovery answers; the controller only knows
+// "1.0" and crashes on anything else.
+const APIVersion = "1.0"
+
+// Options are the agent's dependencies. Zero values pick the real system.
+type Options struct {
+	// ConfigFiles are the --config-file paths, in order; PUT /1.0/config
+	// replaces the first, as upstream does.
+	ConfigFiles []string
+	Config      *config.Config
+	Log         *zap.Logger
+	// Level is the logger's level, switched live by the `debug` option.
+	Level zap.AtomicLevel
+
+	Runner    sysinfo.Runner
+	Host      sysinfo.Reader
+	OSRelease string
+	ProcDir   string
+}
+
+// Agent is one running amphora agent.
+type Agent struct {
+	files   []string
+	log     *zap.Logger
+	level   zap.AtomicLevel
+	runner  sysinfo.Runner
+	host    sysinfo.Reader
+	osRel   string
+	procDir string
+
+	cfg    atomic.Pointer[config.Config]
+	mutate chan struct{} // capacity 1: held while a mutation runs
+
+	versionsOnce sync.Once
+	versionsDone chan struct{}
+	versions     sysinfo.Versions
+
+	watchMu  sync.Mutex
+	watchers []func(*config.Config)
+}
+
+// New builds an agent around an already loaded configuration.
+func New(o Options) *Agent {
+	a := &Agent{
+		files:        slices.Clone(o.ConfigFiles),
+		log:          o.Log,
+		level:        o.Level,
+		runner:       o.Runner,
+		host:         o.Host,
+		osRel:        o.OSRelease,
+		procDir:      o.ProcDir,
+		mutate:       make(chan struct{}, 1),
+		versionsDone: make(chan struct{}),
+	}
+	if a.log == nil {
+		a.log = zap.NewNop()
+	}
+	if a.level == (zap.AtomicLevel{}) {
+		a.level = zap.NewAtomicLevel()
+	}
+	if a.runner == nil {
+		a.runner = sysinfo.ExecRunner()
+	}
+	if a.osRel == "" {
+		a.osRel = "/etc/os-release"
+	}
+	if a.procDir == "" {
+		a.procDir = "/proc"
+	}
+	if a.host.ProcDir == "" {
+		a.host.ProcDir = a.procDir
+	}
+	a.cfg.Store(o.Config)
+	a.applyLevel(o.Config)
+	return a
+}
+
+// Start begins the background work that must not delay start-up: the
+// package version lookup that /info and /details report.
+func (a *Agent) Start(ctx context.Context) {
+	a.versionsOnce.Do(func() {
+		go func() {
+			cfg := a.Config()
+			v := sysinfo.LookupVersions(ctx, a.runner, a.osRel, cfg.HAProxyCmd)
+			a.versions = v
+			close(a.versionsDone)
+			a.log.Info("package versions", zap.String("haproxy", v.HAProxy),
+				zap.String("keepalived", v.Keepalived), zap.String("ipvsadm", v.IPVSAdm))
+		}()
+	})
+}
+
+func (a *Agent) packageVersions(ctx context.Context) (sysinfo.Versions, error) {
+	a.Start(context.WithoutCancel(ctx))
+	select {
+	case <-a.versionsDone:
+		return a.versions, nil
+	case <-ctx.Done():
+		return sysinfo.Versions{}, ctx.Err()
+	}
+}
+
+// Config is the configuration in force.
+func (a *Agent) Config() *config.Config { return a.cfg.Load() }
+
+// OnConfig registers fn to be called with every configuration applied after
+// start-up (PUT /1.0/config, SIGHUP). The heartbeat sender uses it.
+func (a *Agent) OnConfig(fn func(*config.Config)) {
+	a.watchMu.Lock()
+	a.watchers = append(a.watchers, fn)
+	a.watchMu.Unlock()
+}
+
+// Exclusive runs fn while holding the mutation lock, so concurrent
+// controller flows never interleave changes. Waiting gives up when ctx ends
+// (the client went away or the handler budget ran out).
+func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) error {
+	select {
+	case a.mutate <- struct{}{}:
+	case <-ctx.Done():
+		return fault.Internal("Agent busy", "timed out waiting for another request to finish", ctx.Err())
+	}
+	defer func() { <-a.mutate }()
+	return fn(ctx)
+}
+
+// Reload re-reads the configuration files (SIGHUP).
+func (a *Agent) Reload() error {
+	sources, err := config.ReadFiles(a.files)
+	if err != nil {
+		return err
+	}
+	cfg, warnings, err := config.Load(sources)
+	if err != nil {
+		return err
+	}
+	a.apply(cfg, warnings)
+	return nil
+}
+
+// UpdateConfig validates an uploaded amphora-agent.conf together with any
+// other configured files, then replaces the first config file and applies
+// the options upstream applies live. An invalid upload leaves the file and
+// the running configuration untouched (upstream writes anything).
+func (a *Agent) UpdateConfig(ctx context.Context, body []byte) error {
+	if len(a.files) == 0 {
+		return fault.Internal("Unable to update amphora-agent configuration.", "the agent was started without --config-file", nil)
+	}
+	sources, err := config.ReadFiles(a.files[1:])
+	if err != nil {
+		return fault.Internal("Unable to update amphora-agent configuration.", err.Error(), err)
+	}
+	sources = append([]config.Source{{Name: a.files[0] + " (uploaded)", Data: body}}, sources...)
+	cfg, warnings, err := config.LoadStrict(sources)
+	if err != nil {
+		return fault.Invalid("Invalid amphora-agent configuration", err.Error())
+	}
+	if err := fsutil.WriteFile(a.files[0], body, 0o600); err != nil {
+		return fault.Internal("Unable to update amphora-agent configuration.", err.Error(), err)
+	}
+	a.apply(cfg, warnings)
+	return nil
+}
+
+// apply makes cfg the configuration in force. Options that need a new
+// listening socket or TLS setup only take effect on restart, as upstream.
+func (a *Agent) apply(cfg *config.Config, warnings []string) {
+	for _, w := range warnings {
+		a.log.Warn("configuration", zap.String("problem", w))
+	}
+	old := a.cfg.Swap(cfg)
+	a.applyLevel(cfg)
+	if old != nil {
+		for _, c := range restartOnly(old, cfg) {
+			a.log.Warn("configuration option changed; it takes effect when the agent restarts", zap.String("option", c))
+		}
+	}
+	a.log.Info("configuration applied",
+		zap.String("topology", cfg.Topology),
+		zap.Strings("controller_ip_port_list", cfg.ControllerIPPortList),
+		zap.Duration("heartbeat_interval", cfg.HeartbeatInterval),
+		zap.Bool("debug", cfg.Debug))
+	a.watchMu.Lock()
+	watchers := slices.Clone(a.watchers)
+	a.watchMu.Unlock()
+	for _, fn := range watchers {
+		fn(cfg)
+	}
+}
+
+func restartOnly(old, cur *config.Config) []string {
+	var changed []string
+	check := func(name string, differs bool) {
+		if differs {
+			changed = append(changed, name)
+		}
+	}
+	check("[haproxy_amphora] bind_host", old.BindHost != cur.BindHost)
+	check("[haproxy_amphora] bind_port", old.BindPort != cur.BindPort)
+	check("[haproxy_amphora] base_path", old.BasePath != cur.BasePath)
+	check("[haproxy_amphora] base_cert_dir", old.BaseCertDir != cur.BaseCertDir)
+	check("[amphora_agent] agent_server_cert", old.ServerCert != cur.ServerCert)
+	check("[amphora_agent] agent_server_ca", old.ServerCA != cur.ServerCA)
+	check("[amphora_agent] agent_tls_protocol", old.TLSMinVersion != cur.TLSMinVersion)
+	check("[amphora_agent] network_namespace", old.Namespace != cur.Namespace)
+	check("[DEFAULT] use_syslog", old.UseSyslog != cur.UseSyslog)
+	check("[DEFAULT] syslog_log_facility", old.SyslogFacility != cur.SyslogFacility)
+	return changed
+}
+
+func (a *Agent) applyLevel(cfg *config.Config) {
+	if cfg == nil {
+		return
+	}
+	if cfg.Debug {
+		a.level.SetLevel(zapcore.DebugLevel)
+	} else {
+		a.level.SetLevel(zapcore.InfoLevel)
+	}
+}
+
+// RotateCertificate replaces the API's server certificate. The upload must
+// be a certificate with its matching key; otherwise the old file stays, so a
+// bad rotation cannot lock the controller out. The next TLS handshake
+// serves the new certificate.
+func (a *Agent) RotateCertificate(ctx context.Context, body []byte) error {
+	if err := certs.ValidateServerPEM(body); err != nil {
+		return fault.Invalid("Invalid certificate", err.Error())
+	}
+	path := a.Config().ServerCert
+	if err := fsutil.WriteFile(path, body, 0o600); err != nil {
+		return fault.Internal("Unable to update the agent certificate.", err.Error(), err)
+	}
+	a.log.Info("server certificate rotated", zap.String("file", path))
+	return nil
+}
+
+func (a *Agent) haproxyLayout() haproxy.Layout {
+	return haproxy.Layout{Base: a.Config().BasePath, ProcDir: a.procDir}
+}
+
+func (a *Agent) lvsLayout() keepalived.LVSLayout {
+	return keepalived.LVSLayout{Base: a.Config().BasePath, ProcDir: a.procDir}
+}

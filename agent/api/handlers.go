@@ -1,0 +1,58 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/amphora-agent/amphora-agent/agent"
+)
+
+type versionBody struct {
+	APIVersion string `json:"api_version"`
+}
+
+func (s *server) versionDiscovery(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, versionBody{APIVersion: agent.APIVersion})
+	return nil
+}
+
+func (s *server) info(w http.ResponseWriter, r *http.Request) error {
+	info, err := s.svc.Info(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
+func (s *server) details(w http.ResponseWriter, r *http.Request) error {
+	details, err := s.svc.Details(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, details)
+	return nil
+}
+
+func (s *server) rotateCertificate(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.body(w, r)
+	if err != nil {
+		return err
+	}
+	if err := s.svc.RotateCertificate(r.Context(), body); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, ok())
+	return nil
+}
+
+func (s *server) updateConfig(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.body(w, r)
+	if err != nil {
+		return err
+	}
+	if err := s.svc.UpdateConfig(r.Context(), body); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, ok())
+	return nil
+}

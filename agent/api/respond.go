@@ -1,0 +1,107 @@
+// Package api is the agent's REST surface as the Octavia controller calls
+// it: routing, middleware, thin handlers, and the single place where errors
+// become status codes and JSON bodies.
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+)
+
+// Framework-shaped descriptions, word for word as the upstream agent's web
+// framework produces them.
+const (
+	descNotFound         = "The requested URL was not found on the server. If you entered the URL manually please check your spelling and try again."
+	descMethodNotAllowed = "The method is not allowed for the requested URL."
+	descInternal         = "The server encountered an internal error and was unable to complete your request. Either the server is overloaded or there is an error in the application."
+)
+
+// message is the handler-shaped body. Details is a pointer so it is left
+// out when the upstream body has none.
+type message struct {
+	Message string  `json:"message"`
+	Details *string `json:"details,omitempty"`
+}
+
+// frameworkError is the framework-shaped body.
+type frameworkError struct {
+	Error    string `json:"error"`
+	HTTPCode int    `json:"http_code"`
+}
+
+func ok() message { return message{Message: "OK"} }
+
+func okDetails(details string) message { return message{Message: "OK", Details: &details} }
+
+// writeJSON writes v compactly, without HTML escaping and without a
+// trailing newline, as upstream's responses look.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		fmt.Fprintf(&buf, `{"error": %q, "http_code": 500}`, "500 Internal Server Error: "+descInternal)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+}
+
+func writeFramework(w http.ResponseWriter, status int, description string) {
+	writeJSON(w, status, frameworkError{
+		Error:    fmt.Sprintf("%d %s: %s", status, http.StatusText(status), description),
+		HTTPCode: status,
+	})
+}
+
+var kindStatus = map[fault.Kind]int{
+	fault.KindInvalid:  http.StatusBadRequest,
+	fault.KindNotFound: http.StatusNotFound,
+	fault.KindConflict: http.StatusConflict,
+	fault.KindInternal: http.StatusInternalServerError,
+}
+
+// writeError is the one place an error becomes a response and a log line.
+func writeError(w http.ResponseWriter, r *http.Request, log *zap.Logger, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		// 413 would count as success for the controller, so refuse with 400.
+		err = fault.Invalid("Request body too large",
+			fmt.Sprintf("the request body exceeds the limit of %d bytes", tooLarge.Limit))
+	}
+	fe, isFault := fault.As(err)
+	if !isFault {
+		fe = &fault.Error{Kind: fault.KindInternal, Framework: true, Cause: err}
+	}
+	status := kindStatus[fe.Kind]
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	fields := []zap.Field{zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Int("status", status), zap.Error(err)}
+	if status >= 500 {
+		log.Error("request failed", fields...)
+	} else {
+		log.Info("request refused", fields...)
+	}
+	switch {
+	case fe.Framework && status == http.StatusInternalServerError:
+		writeFramework(w, status, descInternal)
+	case fe.Framework:
+		writeFramework(w, status, fe.Message)
+	default:
+		body := message{Message: fe.Message}
+		if fe.HasDetails {
+			body.Details = &fe.Details
+		}
+		writeJSON(w, status, body)
+	}
+}

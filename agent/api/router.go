@@ -1,0 +1,203 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent"
+)
+
+// Service is what the handlers need from the agent.
+type Service interface {
+	Exclusive(ctx context.Context, fn func(context.Context) error) error
+	Info(ctx context.Context) (agent.Info, error)
+	Details(ctx context.Context) (agent.Details, error)
+	UpdateConfig(ctx context.Context, body []byte) error
+	RotateCertificate(ctx context.Context, body []byte) error
+}
+
+// Options tune the HTTP surface.
+type Options struct {
+	// UploadLimit returns the largest request body accepted, read per
+	// request so a config change applies without restart.
+	UploadLimit func() int64
+	// Budget bounds every handler: the controller gives up (and re-sends)
+	// after 60 s, so work must end well before.
+	Budget time.Duration
+}
+
+// DefaultBudget leaves a wide margin under the controller's 60 s read
+// timeout.
+const DefaultBudget = 45 * time.Second
+
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+type server struct {
+	svc  Service
+	log  *zap.Logger
+	opts Options
+}
+
+// NewHandler returns the agent's whole HTTP handler.
+func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
+	if opts.Budget <= 0 {
+		opts.Budget = DefaultBudget
+	}
+	if opts.UploadLimit == nil {
+		opts.UploadLimit = func() int64 { return 64 << 20 }
+	}
+	s := &server{svc: svc, log: log, opts: opts}
+
+	r := mux.NewRouter()
+	// Paths are normalized by collapseSlashes only; mux must not redirect
+	// (upstream answers /1.0/info/ with 404, not a redirect).
+	r.SkipClean(true)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeFramework(w, http.StatusNotFound, descNotFound)
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeFramework(w, http.StatusMethodNotAllowed, descMethodNotAllowed)
+	})
+
+	// Registration order is match order: where two patterns overlap, the
+	// one upstream prefers is registered first (see the spec's precedence
+	// list).
+	r.Handle("/", s.read(s.versionDiscovery)).Methods(http.MethodGet)
+	r.Handle("/1.0/info", s.read(s.info)).Methods(http.MethodGet)
+	r.Handle("/1.0/details", s.read(s.details)).Methods(http.MethodGet)
+	r.Handle("/1.0/certificate", s.mutate(s.rotateCertificate)).Methods(http.MethodPut)
+	r.Handle("/1.0/config", s.mutate(s.updateConfig)).Methods(http.MethodPut)
+
+	return s.recoverPanics(s.accessLog(collapseSlashes(r)))
+}
+
+// read wraps a handler that changes nothing: reads run concurrently.
+func (s *server) read(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.Budget)
+		defer cancel()
+		r = r.WithContext(ctx)
+		if err := h(w, r); err != nil {
+			writeError(w, r, s.log, err)
+		}
+	})
+}
+
+// mutate wraps a handler that changes state: it holds the agent's mutation
+// lock, so concurrent controller flows never interleave.
+func (s *server) mutate(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.Budget)
+		defer cancel()
+		r = r.WithContext(ctx)
+		err := s.svc.Exclusive(ctx, func(ctx context.Context) error {
+			return h(w, r.WithContext(ctx))
+		})
+		if err != nil {
+			writeError(w, r, s.log, err)
+		}
+	})
+}
+
+// body reads the whole request body as opaque bytes, up to the upload
+// limit. Content-Type and encoding are ignored, as upstream does.
+func (s *server) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	limit := s.opts.UploadLimit()
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// collapseSlashes turns runs of '/' into one before routing: the controller
+// asks for version discovery as GET // and must get GET /'s answer.
+func collapseSlashes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "//") {
+			u := *r.URL
+			u.Path = squeeze(u.Path)
+			if u.RawPath != "" {
+				u.RawPath = squeeze(u.RawPath)
+			}
+			r2 := r.Clone(r.Context())
+			r2.URL = &u
+			r = r2
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func squeeze(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	prevSlash := false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '/' && prevSlash {
+			continue
+		}
+		prevSlash = c == '/'
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		level := zap.DebugLevel
+		if r.Method != http.MethodGet {
+			level = zap.InfoLevel
+		}
+		if ce := s.log.Check(level, "request"); ce != nil {
+			ce.Write(zap.String("method", r.Method), zap.String("path", r.URL.Path),
+				zap.Int("status", rec.status), zap.Duration("took", time.Since(start)),
+				zap.String("remote", r.RemoteAddr))
+		}
+	})
+}
+
+// recoverPanics turns a handler panic into upstream's 500 body instead of
+// a dropped connection, which the controller would retry for minutes.
+func (s *server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				writeError(w, r, s.log, fmt.Errorf("panic: %v", p))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,150 @@
+// Package certs owns the agent's TLS material: the mutual-TLS server
+// configuration (client certificate required, server certificate re-read
+// from disk so rotation needs no restart) and validation of rotated
+// certificates.
+package certs
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ServerConfig builds a tls.Config for the agent's API. certFile holds the
+// server certificate chain followed by its key (the controller's layout);
+// caFile holds the CA that signs controller client certificates.
+//
+// Both files are checked on every handshake and re-parsed only when they
+// changed, so PUT /1.0/certificate (or an operator replacing either file)
+// takes effect on the next connection. If a changed file does not parse, the
+// last good material keeps being served and the error is logged once.
+func ServerConfig(certFile, caFile string, minVersion uint16, log *zap.Logger) (*tls.Config, error) {
+	s := &source{certFile: certFile, caFile: caFile, minVersion: minVersion, log: log}
+	if _, err := s.current(); err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion: minVersion,
+		// The real configuration is produced per handshake; this outer one
+		// only needs to route there.
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return s.current()
+		},
+	}, nil
+}
+
+type fileStamp struct {
+	ino   uint64
+	size  int64
+	mtime time.Time
+}
+
+func stampOf(path string) (fileStamp, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	fs := fileStamp{size: st.Size(), mtime: st.ModTime()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		fs.ino = sys.Ino
+	}
+	return fs, nil
+}
+
+type source struct {
+	certFile, caFile string
+	minVersion       uint16
+	log              *zap.Logger
+
+	mu        sync.Mutex
+	certStamp fileStamp
+	caStamp   fileStamp
+	cfg       *tls.Config
+	lastErr   string
+}
+
+func (s *source) current() (*tls.Config, error) {
+	certStamp, certErr := stampOf(s.certFile)
+	caStamp, caErr := stampOf(s.caFile)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg != nil && certErr == nil && caErr == nil && certStamp == s.certStamp && caStamp == s.caStamp {
+		return s.cfg, nil
+	}
+	cfg, err := s.load()
+	if err == nil {
+		s.cfg, s.certStamp, s.caStamp, s.lastErr = cfg, certStamp, caStamp, ""
+		return cfg, nil
+	}
+	if s.cfg == nil {
+		return nil, err
+	}
+	if err.Error() != s.lastErr {
+		s.lastErr = err.Error()
+		s.log.Error("TLS material changed but cannot be used; still serving the previous certificate", zap.Error(err))
+	}
+	return s.cfg, nil
+}
+
+func (s *source) load() (*tls.Config, error) {
+	pemData, err := os.ReadFile(s.certFile)
+	if err != nil {
+		return nil, fmt.Errorf("server certificate: %w", err)
+	}
+	cert, err := ParseKeyPair(pemData)
+	if err != nil {
+		return nil, fmt.Errorf("server certificate %s: %w", s.certFile, err)
+	}
+	caData, err := os.ReadFile(s.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caData) {
+		return nil, fmt.Errorf("client CA %s: no PEM certificate found", s.caFile)
+	}
+	return &tls.Config{
+		MinVersion:   s.minVersion,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+	}, nil
+}
+
+// ParseKeyPair accepts the controller's single-PEM layout: one or more
+// certificates and the private key of the first one. Anything else (no
+// certificate, no key, a key that does not match) is an error.
+func ParseKeyPair(pemData []byte) (tls.Certificate, error) {
+	cert, err := tls.X509KeyPair(pemData, pemData)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if cert.Leaf == nil {
+		leaf, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			return tls.Certificate{}, err
+		}
+		cert.Leaf = leaf
+	}
+	return cert, nil
+}
+
+// ErrNotKeyPair is returned by ValidateServerPEM for an unusable upload.
+var ErrNotKeyPair = errors.New("not a PEM certificate with its matching private key")
+
+// ValidateServerPEM checks a rotated server certificate before it replaces
+// the one in use, so a bad upload cannot lock the controller out.
+func ValidateServerPEM(pemData []byte) error {
+	if _, err := ParseKeyPair(pemData); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotKeyPair, err)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+// Command amphora-agent is the agent that runs inside an Octavia amphora.
+//
+//	amphora-agent [--config-file PATH]...   run the agent (the default)
+//	amphora-agent --version                 print the version
+//	amphora-agent <subcommand> [args]       run one of the tools below
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// defaultConfigFile is where the amphora image puts the controller's file.
+const defaultConfigFile = "/etc/octavia/amphora-agent.conf"
+
+// subcommand is a tool that shares the agent's binary (image scripts call
+// them by name, as upstream's amphora-interface and haproxy-vrrp-check).
+type subcommand struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// subcommands is the table later features add to.
+var subcommands = map[string]subcommand{}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if sc, ok := subcommands[args[0]]; ok {
+			return sc.run(args[1:], stdout, stderr)
+		}
+		if args[0] == "help" {
+			usage(stdout)
+			return 0
+		}
+	}
+	return runAgent(args, stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: amphora-agent [--config-file PATH]... | --version | <subcommand> [args]\n")
+	names := make([]string, 0, len(subcommands))
+	for n := range subcommands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-20s %s\n", n, subcommands[n].summary)
+	}
+}

@@ -1,0 +1,84 @@
+// Package haproxy runs the load balancers: the per-LB files on disk, config
+// validation, supervision of the HAProxy master, reloads and the stats
+// socket.
+package haproxy
+
+import (
+	"bufio"
+	"bytes"
+	"strings"
+)
+
+// Frontend is what the agent needs to know about one listener of a stored
+// config.
+type Frontend struct {
+	Name string
+	// Mode is the frontend's `mode`, upper-cased, or TERMINATED_HTTPS when a
+	// bind line terminates TLS with a crt-list (as upstream reports it).
+	Mode    string
+	CrtList string
+}
+
+// Summary is the parsed essence of a stored haproxy.cfg.
+type Summary struct {
+	Frontends   []Frontend
+	StatsSocket string
+}
+
+// sectionKeywords start a new section of an HAProxy config.
+var sectionKeywords = map[string]bool{
+	"global": true, "defaults": true, "frontend": true, "backend": true,
+	"listen": true, "peers": true, "resolvers": true, "userlist": true,
+	"mailers": true, "program": true, "http-errors": true, "ring": true,
+	"cache": true,
+}
+
+// Parse extracts frontends and the stats socket. Sections begin with a
+// keyword at the start of a line, as the controller renders them; options
+// inside them are indented, but indentation is not required.
+func Parse(cfg []byte) Summary {
+	var sum Summary
+	var cur *Frontend
+	sc := bufio.NewScanner(bytes.NewReader(cfg))
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		if sectionKeywords[fields[0]] {
+			cur = nil
+			if fields[0] == "frontend" && len(fields) > 1 {
+				sum.Frontends = append(sum.Frontends, Frontend{Name: fields[1]})
+				cur = &sum.Frontends[len(sum.Frontends)-1]
+			}
+			continue
+		}
+		switch {
+		case fields[0] == "stats" && len(fields) > 2 && fields[1] == "socket" && sum.StatsSocket == "":
+			sum.StatsSocket = fields[2]
+		case cur != nil && fields[0] == "mode" && len(fields) > 1:
+			if cur.Mode != "TERMINATED_HTTPS" {
+				cur.Mode = strings.ToUpper(fields[1])
+			}
+		case cur != nil && fields[0] == "bind":
+			if path := crtList(fields); path != "" {
+				cur.Mode, cur.CrtList = "TERMINATED_HTTPS", path
+			}
+		}
+	}
+	return sum
+}
+
+func crtList(bind []string) string {
+	ssl := false
+	for i, f := range bind {
+		if f == "ssl" {
+			ssl = true
+		}
+		if f == "crt-list" && i+1 < len(bind) && ssl {
+			return bind[i+1]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,48 @@
+package haproxy
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	cfg := `# Configuration for loadbalancer lb1
+global
+    daemon
+    user nobody
+    stats socket /var/lib/octavia/lb1.sock mode 0666 level user
+
+defaults
+    mode http
+
+frontend L1
+    maxconn 50
+    bind 203.0.113.10:80
+    mode http
+    default_backend P1:L1
+
+frontend L2
+    bind 203.0.113.10:443 ssl crt-list /var/lib/octavia/certs/lb1/L2.pem
+    mode http
+
+frontend L3
+    bind 203.0.113.10:9000
+    mode tcp
+
+backend P1:L1
+    mode http
+    server M1 198.51.100.5:80
+`
+	got := Parse([]byte(cfg))
+	want := Summary{
+		StatsSocket: "/var/lib/octavia/lb1.sock",
+		Frontends: []Frontend{
+			{Name: "L1", Mode: "HTTP"},
+			{Name: "L2", Mode: "TERMINATED_HTTPS", CrtList: "/var/lib/octavia/certs/lb1/L2.pem"},
+			{Name: "L3", Mode: "TCP"},
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
