@@ -34,7 +34,7 @@ func (s *server) details(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) rotateCertificate(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.body(w, r)
+	body, err := s.body(r)
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func (s *server) rotateCertificate(w http.ResponseWriter, r *http.Request) error
 }
 
 func (s *server) updateConfig(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.body(w, r)
+	body, err := s.body(r)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -72,12 +71,6 @@ var kindStatus = map[fault.Kind]int{
 
 // writeError is the one place an error becomes a response and a log line.
 func writeError(w http.ResponseWriter, r *http.Request, log *zap.Logger, err error) {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		// 413 would count as success for the controller, so refuse with 400.
-		err = fault.Invalid("Request body too large",
-			fmt.Sprintf("the request body exceeds the limit of %d bytes", tooLarge.Limit))
-	}
 	fe, isFault := fault.As(err)
 	if !isFault {
 		fe = &fault.Error{Kind: fault.KindInternal, Framework: true, Cause: err}

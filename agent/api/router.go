@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent"
+	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
 // Service is what the handlers need from the agent.
@@ -106,13 +107,25 @@ func (s *server) mutate(h handler) http.Handler {
 	})
 }
 
+// drainLimit bounds how much of an oversized body is read and thrown away.
+// Clients such as the controller's send the whole body before reading the
+// answer; closing the connection early would look like a network error,
+// which the controller retries for minutes instead of reporting the 400.
+const drainLimit = 1 << 30
+
 // body reads the whole request body as opaque bytes, up to the upload
-// limit. Content-Type and encoding are ignored, as upstream does.
-func (s *server) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// limit. Content-Type and encoding are ignored, as upstream does. Too
+// large is a 400, not a 413: the controller counts a 413 as success.
+func (s *server) body(r *http.Request) ([]byte, error) {
 	limit := s.opts.UploadLimit()
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return nil, err
+		return nil, fault.Invalid("Invalid request body", err.Error())
+	}
+	if int64(len(data)) > limit {
+		io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
+		return nil, fault.Invalid("Request body too large",
+			fmt.Sprintf("the request body exceeds the limit of %d bytes", limit))
 	}
 	return data, nil
 }

@@ -31,7 +31,9 @@ func main() {
 
 type layout struct{ root string }
 
-func (l layout) path(parts ...string) string { return filepath.Join(append([]string{l.root}, parts...)...) }
+func (l layout) path(parts ...string) string {
+	return filepath.Join(append([]string{l.root}, parts...)...)
+}
 
 func prepare(state string, port, hbPort int) error {
 	root, err := filepath.Abs(state)

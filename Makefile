@@ -1,0 +1,50 @@
+# amphora-agent — see README.md.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+BIN := bin/amphora-agent
+STATE ?= .state
+PORT ?= 9443
+
+# Debian packages the system and interop tiers drive for real.
+TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia
+
+.PHONY: build run test test-unit test-system test-interop deps vet bench clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
+
+bin/amphora-devenv: $(shell find cmd/amphora-devenv certs agent/fsutil -name '*.go')
+	$(GO) build -o $@ ./cmd/amphora-devenv
+
+# Dev certificates, config and state under $(STATE), API on 127.0.0.1:$(PORT).
+run: build bin/amphora-devenv
+	bin/amphora-devenv -state $(STATE) -port $(PORT)
+	exec $(BIN) --config-file $(STATE)/amphora-agent.conf
+
+# Installs what the tiers need when it is missing (needs root and apt).
+deps:
+	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags 'system interop' ./...
+
+test: deps vet build test-unit test-system test-interop
+
+test-unit:
+	$(GO) test -count=1 ./...
+
+test-system: build
+	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -p 1 ./...
+
+test-interop: build
+	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run Interop ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,240 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent"
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+)
+
+// fakeService records calls; its lock mirrors the agent's mutation lock.
+type fakeService struct {
+	mu        sync.Mutex
+	lock      chan struct{}
+	infoErr   error
+	configErr error
+	certErr   error
+	gotBody   []byte
+
+	inside, maxInside atomic.Int32
+	hold              time.Duration
+}
+
+func newFake() *fakeService { return &fakeService{lock: make(chan struct{}, 1)} }
+
+func (f *fakeService) Exclusive(ctx context.Context, fn func(context.Context) error) error {
+	select {
+	case f.lock <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-f.lock }()
+	return fn(ctx)
+}
+
+func (f *fakeService) Info(ctx context.Context) (agent.Info, error) {
+	return agent.Info{Hostname: "amp", HAProxyVersion: "2.6.12", APIVersion: "1.0"}, f.infoErr
+}
+
+func (f *fakeService) Details(ctx context.Context) (agent.Details, error) {
+	return agent.Details{Hostname: "amp", Listeners: []string{}}, nil
+}
+
+func (f *fakeService) record(body []byte) {
+	n := f.inside.Add(1)
+	for {
+		m := f.maxInside.Load()
+		if n <= m || f.maxInside.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	time.Sleep(f.hold)
+	f.inside.Add(-1)
+	f.mu.Lock()
+	f.gotBody = body
+	f.mu.Unlock()
+}
+
+func (f *fakeService) UpdateConfig(ctx context.Context, body []byte) error {
+	f.record(body)
+	return f.configErr
+}
+
+func (f *fakeService) RotateCertificate(ctx context.Context, body []byte) error {
+	f.record(body)
+	return f.certErr
+}
+
+func serve(t *testing.T, h http.Handler, method, path, body string) (int, string, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, "https://amp:9443/", strings.NewReader(body))
+	// Set the raw path after construction so "//" survives as sent.
+	req.URL.Path = path
+	req.RequestURI = path
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Header().Get("Content-Type"), rec.Body.String()
+}
+
+const (
+	notFoundBody = `{"error":"404 Not Found: The requested URL was not found on the server. If you entered the URL manually please check your spelling and try again.","http_code":404}`
+	methodBody   = `{"error":"405 Method Not Allowed: The method is not allowed for the requested URL.","http_code":405}`
+	internalBody = `{"error":"500 Internal Server Error: The server encountered an internal error and was unable to complete your request. Either the server is overloaded or there is an error in the application.","http_code":500}`
+)
+
+func TestRouting(t *testing.T) {
+	h := NewHandler(newFake(), zap.NewNop(), Options{})
+	cases := []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{"GET", "/", 200, `{"api_version":"1.0"}`},
+		{"GET", "//", 200, `{"api_version":"1.0"}`},
+		{"GET", "///", 200, `{"api_version":"1.0"}`},
+		{"GET", "/1.0//info", 200, `{"hostname":"amp","haproxy_version":"2.6.12","api_version":"1.0","keepalived_version":"","ipvsadm_version":""}`},
+		{"GET", "/1.0/info/", 404, notFoundBody},
+		{"GET", "/1.0/does-not-exist", 404, notFoundBody},
+		{"GET", "/2.0/info", 404, notFoundBody},
+		{"GET", "/1.0/plug/vip/2001:db8::2", 404, notFoundBody},
+		{"PUT", "/1.0/info", 405, methodBody},
+		{"POST", "/", 405, methodBody},
+		{"DELETE", "/1.0/details", 405, methodBody},
+		{"GET", "/1.0/config", 405, methodBody},
+		{"PUT", "/1.0/config", 202, `{"message":"OK"}`},
+		{"PUT", "/1.0/certificate", 202, `{"message":"OK"}`},
+	}
+	for _, c := range cases {
+		status, ctype, body := serve(t, h, c.method, c.path, "")
+		if status != c.status || body != c.body || ctype != "application/json" {
+			t.Errorf("%s %s = %d %q %s\nwant %d application/json %s", c.method, c.path, status, ctype, body, c.status, c.body)
+		}
+	}
+}
+
+func TestErrorShapes(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		body   string
+	}{
+		{"invalid with details", fault.Invalid("Invalid amphora-agent configuration", "x.conf: bad"), 400,
+			`{"message":"Invalid amphora-agent configuration","details":"x.conf: bad"}`},
+		{"invalid without details", fault.Invalid("Filename has wrong format"), 400, `{"message":"Filename has wrong format"}`},
+		{"not found", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: x"), 404,
+			`{"message":"Loadbalancer Not Found","details":"No loadbalancer with UUID: x"}`},
+		{"conflict", fault.Conflict("Interface already exists"), 409, `{"message":"Interface already exists"}`},
+		{"framework 400", fault.BadRequest("Invalid subnet information"), 400,
+			`{"error":"400 Bad Request: Invalid subnet information","http_code":400}`},
+		{"internal with details", fault.Internal("Unable to update amphora-agent configuration.", "disk full", errors.New("ENOSPC")), 500,
+			`{"message":"Unable to update amphora-agent configuration.","details":"disk full"}`},
+		{"untyped error", errors.New("boom"), 500, internalBody},
+		{"framework 500", fault.Internalf("reading: %w", errors.New("x")), 500, internalBody},
+		{"html-like text not escaped", fault.Invalid("a<b>&c"), 400, `{"message":"a<b>&c"}`},
+	}
+	for _, c := range cases {
+		f := newFake()
+		f.configErr = c.err
+		h := NewHandler(f, zap.NewNop(), Options{})
+		status, ctype, body := serve(t, h, "PUT", "/1.0/config", "x")
+		if status != c.status || body != c.body || ctype != "application/json" {
+			t.Errorf("%s: got %d %q %s\nwant %d %s", c.name, status, ctype, body, c.status, c.body)
+		}
+	}
+}
+
+func TestBodyLimitIs400NotTooLarge(t *testing.T) {
+	f := newFake()
+	h := NewHandler(f, zap.NewNop(), Options{UploadLimit: func() int64 { return 10 }})
+	status, ctype, body := serve(t, h, "PUT", "/1.0/config", strings.Repeat("x", 11))
+	want := `{"message":"Request body too large","details":"the request body exceeds the limit of 10 bytes"}`
+	if status != 400 || ctype != "application/json" || body != want {
+		t.Fatalf("got %d %q %s", status, ctype, body)
+	}
+	if f.gotBody != nil {
+		t.Fatal("service was called with a truncated body")
+	}
+	status, _, _ = serve(t, h, "PUT", "/1.0/config", strings.Repeat("x", 10))
+	if status != 202 || string(f.gotBody) != strings.Repeat("x", 10) {
+		t.Fatalf("body at the limit: %d %q", status, f.gotBody)
+	}
+}
+
+func TestBodiesAreOpaqueBytes(t *testing.T) {
+	f := newFake()
+	h := NewHandler(f, zap.NewNop(), Options{})
+	raw := "\xff\xfe\x00latin-1 \xe9"
+	req := httptest.NewRequest("PUT", "/1.0/certificate", strings.NewReader(raw))
+	req.Header.Set("Content-Type", "text/html")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 202 || string(f.gotBody) != raw {
+		t.Fatalf("status %d, body passed %q", rec.Code, f.gotBody)
+	}
+}
+
+func TestMutationsAreSerialized(t *testing.T) {
+	f := newFake()
+	f.hold = 20 * time.Millisecond
+	h := NewHandler(f, zap.NewNop(), Options{})
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			path := "/1.0/config"
+			if i%2 == 0 {
+				path = "/1.0/certificate"
+			}
+			serve(t, h, "PUT", path, "x")
+		}(i)
+	}
+	wg.Wait()
+	if got := f.maxInside.Load(); got != 1 {
+		t.Fatalf("%d mutations ran at once, want 1", got)
+	}
+}
+
+func TestReadsDoNotTakeTheMutationLock(t *testing.T) {
+	f := newFake()
+	f.lock <- struct{}{} // a mutation in progress that never ends
+	h := NewHandler(f, zap.NewNop(), Options{Budget: time.Second})
+	for _, path := range []string{"/", "/1.0/info", "/1.0/details"} {
+		if status, _, body := serve(t, h, "GET", path, ""); status != 200 {
+			t.Fatalf("GET %s while a mutation runs: %d %s", path, status, body)
+		}
+	}
+}
+
+func TestMutationGivesUpWhenBudgetEnds(t *testing.T) {
+	f := newFake()
+	f.lock <- struct{}{} // someone else holds the lock forever
+	h := NewHandler(f, zap.NewNop(), Options{Budget: 50 * time.Millisecond})
+	status, ctype, _ := serve(t, h, "PUT", "/1.0/config", "x")
+	if status != 500 || ctype != "application/json" {
+		t.Fatalf("got %d %q, want a JSON 500", status, ctype)
+	}
+}
+
+func TestPanicBecomesJSON500(t *testing.T) {
+	h := NewHandler(panicky{newFake()}, zap.NewNop(), Options{})
+	status, ctype, body := serve(t, h, "GET", "/1.0/info", "")
+	if status != 500 || ctype != "application/json" || body != internalBody {
+		t.Fatalf("got %d %q %s", status, ctype, body)
+	}
+}
+
+type panicky struct{ *fakeService }
+
+func (panicky) Info(context.Context) (agent.Info, error) { panic("bug") }

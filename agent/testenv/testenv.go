@@ -1,0 +1,337 @@
+// Package testenv starts the real amphora-agent binary for system and
+// interop tests: a private PKI shaped like the controller's, a config with
+// all state under a temporary folder, a loopback port, and clients that
+// present the controller certificate.
+package testenv
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/certs/devpki"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Binary returns the agent binary: $AMPHORA_AGENT_BIN if set (make test
+// passes the one it built), else one built once per test process.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("AMPHORA_AGENT_BIN"); p != "" {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return abs
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "amphora-agent-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "amphora-agent")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/amphora-agent")
+		cmd.Dir = moduleRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Env is one agent with its own files.
+type Env struct {
+	Dir        string
+	AmphoraID  string
+	ConfigPath string
+	CA         *devpki.Authority
+	CAFile     string // signs the server and the controller client
+	ServerCert string // agent_server_cert
+	ClientCert string // controller client cert + key, one PEM
+	Port       int
+	// Extra is appended to the rendered config (later values win).
+	Extra string
+
+	t    testing.TB
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+// New prepares (but does not start) an agent.
+func New(t testing.TB) *Env {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := devpki.NewAuthority("test controller CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{Dir: dir, AmphoraID: "9d2b6e1c-4f3a-4c8e-8b7d-2a1e5f6c7d80", CA: ca, t: t}
+	e.CAFile = e.Path("certs", "ca.pem")
+	e.ServerCert = e.Path("certs", "server.pem")
+	e.ClientCert = e.Path("certs", "client.pem")
+	e.ConfigPath = e.Path("amphora-agent.conf")
+	for _, d := range []string{"certs", "lib", "lib/certs", "interfaces"} {
+		if err := os.MkdirAll(e.Path(d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server, err := ca.Server(e.AmphoraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.Client("controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.write(e.CAFile, ca.PEM)
+	e.write(e.ServerCert, server.Combined())
+	e.write(e.ClientCert, client.Combined())
+	e.Port = FreePort(t)
+	return e
+}
+
+// Path joins parts under the env's folder.
+func (e *Env) Path(parts ...string) string {
+	return filepath.Join(append([]string{e.Dir}, parts...)...)
+}
+
+func (e *Env) write(path string, data []byte) {
+	if err := fsutil.WriteFile(path, data, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// Config renders the agent config the way the controller does, with this
+// env's paths.
+func (e *Env) Config() string {
+	return fmt.Sprintf(`
+[DEFAULT]
+debug = True
+use_syslog = False
+
+[haproxy_amphora]
+base_cert_dir = %s
+base_path = %s
+bind_host = 127.0.0.1
+bind_port = %d
+haproxy_cmd = /usr/sbin/haproxy
+
+[health_manager]
+controller_ip_port_list = 127.0.0.1:5555
+heartbeat_interval = 10
+heartbeat_key = insecure
+
+[amphora_agent]
+agent_server_ca = %s
+agent_server_cert = %s
+agent_server_network_dir = %s
+agent_request_read_timeout = 180
+amphora_id = %s
+amphora_udp_driver = keepalived_lvs
+agent_tls_protocol = TLSv1.2
+network_namespace = amphora-test-%d
+plugged_interfaces_file = %s
+nftables_rules_file = %s
+haproxy_user_group_file = %s
+pci_rescan_file = %s
+
+[controller_worker]
+loadbalancer_topology = SINGLE
+%s`, e.Path("lib", "certs"), e.Path("lib"), e.Port, e.CAFile, e.ServerCert, e.Path("interfaces"),
+		e.AmphoraID, e.Port, e.Path("lib", "plugged_interfaces"), e.Path("lib", "nftables-vip.rules"),
+		e.Path("lib", "haproxy-default-user-group.conf"), e.Path("pci-rescan"), e.Extra)
+}
+
+// Start writes the config (unless the file exists) and runs the agent
+// until it accepts a mutual-TLS connection. The process is stopped in
+// t.Cleanup.
+func (e *Env) Start() {
+	t := e.t
+	t.Helper()
+	if _, err := os.Stat(e.ConfigPath); os.IsNotExist(err) {
+		e.write(e.ConfigPath, []byte(e.Config()))
+	}
+	e.out = &syncBuffer{}
+	e.cmd = exec.Command(Binary(t), "--config-file", e.ConfigPath)
+	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e.done = make(chan struct{})
+	go func() { e.cmd.Wait(); close(e.done) }()
+	t.Cleanup(e.Stop)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", e.Addr(), e.ClientTLS())
+		if err == nil {
+			conn.Close()
+			return
+		}
+		select {
+		case <-e.done:
+			t.Fatalf("agent exited during start-up: %v\n%s", e.cmd.ProcessState, e.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not accepting TLS on %s: %v\n%s", e.Addr(), err, e.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop terminates the agent (SIGTERM, then SIGKILL after 10 s).
+func (e *Env) Stop() {
+	if e.cmd == nil || e.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-e.done:
+		return
+	default:
+	}
+	e.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-e.done:
+	case <-time.After(10 * time.Second):
+		e.cmd.Process.Kill()
+		<-e.done
+	}
+}
+
+// Signal sends sig to the running agent.
+func (e *Env) Signal(sig os.Signal) error { return e.cmd.Process.Signal(sig) }
+
+// Exited reports whether the agent process has ended.
+func (e *Env) Exited() <-chan struct{} { return e.done }
+
+// Output is what the agent logged so far.
+func (e *Env) Output() string { return e.out.String() }
+
+// Addr is the API address.
+func (e *Env) Addr() string { return net.JoinHostPort("127.0.0.1", fmt.Sprint(e.Port)) }
+
+// URL is the API URL of path.
+func (e *Env) URL(path string) string { return "https://" + e.Addr() + path }
+
+// ClientTLS is the controller's TLS setup: its client certificate, the CA,
+// and the amphora id as the expected server name.
+func (e *Env) ClientTLS() *tls.Config {
+	cert, err := tls.LoadX509KeyPair(e.ClientCert, e.ClientCert)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.CA.PEM)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: e.AmphoraID, MinVersion: tls.VersionTLS12}
+}
+
+// Client is an HTTP client that authenticates as the controller. Each call
+// uses a new connection so certificate changes are observed.
+func (e *Env) Client() *http.Client {
+	return &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: e.ClientTLS(), DisableKeepAlives: true},
+	}
+}
+
+// Do sends a request and returns status, content type and body.
+func (e *Env) Do(method, path string, body []byte) (int, string, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.URL(path), bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp, err := e.Client().Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), buf.Bytes()
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// WaitFor polls cond until it holds or the timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Count returns how many lines of the agent's output contain all of subs.
+func (e *Env) Count(subs ...string) int {
+	n := 0
+	for _, line := range strings.Split(e.Output(), "\n") {
+		all := true
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				all = false
+				break
+			}
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,318 @@
+//go:build system
+
+// System tests: the real binary over real mutual TLS on loopback.
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/certs/devpki"
+)
+
+func dial(e *testenv.Env, cfg *tls.Config) (*tls.Conn, error) {
+	return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", e.Addr(), cfg)
+}
+
+// handshakeRefused reports whether the server refused cfg: either the
+// handshake fails, or (TLS 1.3, where the client finishes first) the first
+// read fails with the server's alert.
+func handshakeRefused(e *testenv.Env, cfg *tls.Config) bool {
+	conn, err := dial(e, cfg)
+	if err != nil {
+		return true
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: amp\r\nConnection: close\r\n\r\n")); err != nil {
+		return true
+	}
+	var buf [64]byte
+	n, err := conn.Read(buf[:])
+	return n == 0 || err != nil && !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200")
+}
+
+func servedSerial(t *testing.T, e *testenv.Env) string {
+	t.Helper()
+	conn, err := dial(e, e.ClientTLS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+func TestTLSClientAuthentication(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+
+	good := e.ClientTLS()
+	if handshakeRefused(e, good) {
+		t.Fatal("the controller's certificate was refused")
+	}
+
+	noCert := good.Clone()
+	noCert.Certificates = nil
+	if !handshakeRefused(e, noCert) {
+		t.Error("a client without a certificate was served")
+	}
+
+	other, err := devpki.NewAuthority("someone else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Client("controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerCert, err := tls.X509KeyPair(stranger.CertPEM, stranger.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := good.Clone()
+	foreign.Certificates = []tls.Certificate{strangerCert}
+	if !handshakeRefused(e, foreign) {
+		t.Error("a client certificate from another CA was served")
+	}
+}
+
+func TestTLSVersions(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	for _, c := range []struct {
+		name    string
+		version uint16
+		refused bool
+	}{
+		{"TLS 1.0", tls.VersionTLS10, true},
+		{"TLS 1.1", tls.VersionTLS11, true},
+		{"TLS 1.2", tls.VersionTLS12, false},
+		{"TLS 1.3", tls.VersionTLS13, false},
+	} {
+		cfg := e.ClientTLS()
+		cfg.MinVersion, cfg.MaxVersion = c.version, c.version
+		if got := handshakeRefused(e, cfg); got != c.refused {
+			t.Errorf("%s: refused = %v, want %v", c.name, got, c.refused)
+		}
+	}
+}
+
+func TestTLS13Minimum(t *testing.T) {
+	e := testenv.New(t)
+	e.Extra = "[amphora_agent]\nagent_tls_protocol = TLSv1.3\n"
+	e.Start()
+	cfg := e.ClientTLS()
+	cfg.MaxVersion = tls.VersionTLS12
+	if !handshakeRefused(e, cfg) {
+		t.Error("TLS 1.2 accepted with agent_tls_protocol = TLSv1.3")
+	}
+	if handshakeRefused(e, e.ClientTLS()) {
+		t.Error("TLS 1.3 refused")
+	}
+}
+
+func TestCertificateRotation(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	before := servedSerial(t, e)
+
+	// Invalid uploads are refused and the old certificate keeps serving.
+	next, err := e.CA.Server(e.AmphoraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := e.CA.Server("other")
+	for name, body := range map[string][]byte{
+		"certificate without key": next.CertPEM,
+		"key without certificate": next.KeyPEM,
+		"mismatched key":          append(append([]byte{}, next.CertPEM...), other.KeyPEM...),
+		"garbage":                 []byte("not a pem"),
+	} {
+		status, ctype, resp := e.Do("PUT", "/1.0/certificate", body)
+		if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), `"message":"Invalid certificate"`) {
+			t.Errorf("%s: %d %s %s", name, status, ctype, resp)
+		}
+		if got := servedSerial(t, e); got != before {
+			t.Fatalf("%s: serving a different certificate after a refused upload", name)
+		}
+	}
+
+	// A valid upload is served on the next connection, without restart;
+	// repeating it (a controller retry) changes nothing.
+	for i := 0; i < 2; i++ {
+		status, _, resp := e.Do("PUT", "/1.0/certificate", next.Combined())
+		if status != 202 || string(resp) != `{"message":"OK"}` {
+			t.Fatalf("rotation %d: %d %s", i, status, resp)
+		}
+	}
+	want := mustLeaf(t, next.CertPEM).SerialNumber.String()
+	if got := servedSerial(t, e); got != want {
+		t.Fatalf("serving serial %s after rotation, want %s", got, want)
+	}
+	st, err := os.Stat(e.ServerCert)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("server certificate mode %v, %v; want 0600", st.Mode().Perm(), err)
+	}
+	if data, _ := os.ReadFile(e.ServerCert); !bytes.Equal(data, next.Combined()) {
+		t.Fatal("server certificate file differs from the upload")
+	}
+}
+
+func mustLeaf(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatal("no PEM block")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+func TestConfigUpload(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	original, _ := os.ReadFile(e.ConfigPath)
+
+	bad := strings.Replace(string(original), "bind_port = ", "bind_port = 9443 # ", 1)
+	status, ctype, resp := e.Do("PUT", "/1.0/config", []byte(bad))
+	if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), "bind_port") {
+		t.Fatalf("invalid config: %d %s %s", status, ctype, resp)
+	}
+	if now, _ := os.ReadFile(e.ConfigPath); !bytes.Equal(now, original) {
+		t.Fatal("an invalid upload changed the config file")
+	}
+	if status, _, _ := e.Do("GET", "/1.0/info", nil); status != 200 {
+		t.Fatal("agent stopped serving after an invalid config upload")
+	}
+
+	updated := strings.NewReplacer("heartbeat_interval = 10", "heartbeat_interval = 7",
+		"loadbalancer_topology = SINGLE", "loadbalancer_topology = ACTIVE_STANDBY").Replace(string(original))
+	for i := 0; i < 2; i++ {
+		status, _, resp = e.Do("PUT", "/1.0/config", []byte(updated))
+		if status != 202 || string(resp) != `{"message":"OK"}` {
+			t.Fatalf("upload %d: %d %s", i, status, resp)
+		}
+	}
+	now, _ := os.ReadFile(e.ConfigPath)
+	if string(now) != updated {
+		t.Fatal("config file is not the uploaded one")
+	}
+	if st, _ := os.Stat(e.ConfigPath); st.Mode().Perm() != 0o600 {
+		t.Fatalf("config mode %v", st.Mode().Perm())
+	}
+	testenv.WaitFor(t, 5*time.Second, "the new topology applied", func() bool {
+		return e.Count("configuration applied", `"topology": "ACTIVE_STANDBY"`, `"heartbeat_interval": "7s"`) >= 1
+	})
+
+	// SIGHUP re-reads the file.
+	if err := os.WriteFile(e.ConfigPath, []byte(strings.Replace(updated, "heartbeat_interval = 7", "heartbeat_interval = 9", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "SIGHUP reload", func() bool {
+		return e.Count("configuration applied", `"heartbeat_interval": "9s"`) >= 1
+	})
+}
+
+func TestUploadCap(t *testing.T) {
+	e := testenv.New(t)
+	e.Extra = "[amphora_agent]\nmax_upload_size = 1024\n"
+	e.Start()
+	status, ctype, resp := e.Do("PUT", "/1.0/certificate", bytes.Repeat([]byte("A"), 4096))
+	if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), "Request body too large") {
+		t.Fatalf("oversized upload: %d %s %s", status, ctype, resp)
+	}
+}
+
+func TestVersionDiscoveryAndErrors(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	for _, c := range []struct {
+		method, path string
+		status       int
+		contains     string
+	}{
+		{"GET", "/", 200, `{"api_version":"1.0"}`},
+		{"GET", "//", 200, `{"api_version":"1.0"}`},
+		{"GET", "/1.0/does-not-exist", 404, `"http_code":404`},
+		{"PUT", "/1.0/info", 405, `"http_code":405`},
+	} {
+		status, ctype, body := e.Do(c.method, c.path, nil)
+		if status != c.status || ctype != "application/json" || !strings.Contains(string(body), c.contains) {
+			t.Errorf("%s %s: %d %s %s", c.method, c.path, status, ctype, body)
+		}
+	}
+	status, _, body := e.Do("GET", "/1.0/details", nil)
+	var details map[string]any
+	if status != 200 || json.Unmarshal(body, &details) != nil || details["api_version"] != "1.0" {
+		t.Fatalf("details: %d %s", status, body)
+	}
+}
+
+func TestDualStackDefaultBind(t *testing.T) {
+	e := testenv.New(t)
+	e.Extra = "[haproxy_amphora]\nbind_host = ::\n"
+	e.Start()
+	cfg := e.ClientTLS()
+	conn, err := tls.Dial("tcp", net.JoinHostPort("::1", strconv.Itoa(e.Port)), cfg)
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	conn.Close()
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	if err := e.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.Exited():
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent did not stop on SIGTERM")
+	}
+	if !strings.Contains(e.Output(), "shutting down") {
+		t.Fatalf("no shutdown log:\n%s", e.Output())
+	}
+}
+
+func TestBadConfigStopsStartupWithOneClearLine(t *testing.T) {
+	e := testenv.New(t)
+	e.Extra = "[haproxy_amphora]\nbind_port = 99999\n"
+	if err := os.WriteFile(e.ConfigPath, []byte(e.Config()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(testenv.Binary(t), "--config-file", e.ConfigPath).CombinedOutput()
+	if err == nil {
+		t.Fatal("agent started with bind_port = 99999")
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], e.ConfigPath) || !strings.Contains(lines[0], "[haproxy_amphora] bind_port") || !strings.Contains(lines[0], "99999") {
+		t.Fatalf("start-up error is not one line naming file, section, key and value:\n%s", out)
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	out, err := exec.Command(testenv.Binary(t), "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "amphora-agent ") {
+		t.Fatalf("--version: %v %q", err, out)
+	}
+}
