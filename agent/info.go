@@ -155,3 +155,41 @@ func (a *Agent) lvsListeners() (ids []string, running int, err error) {
 	}
 	return ids, running, err
 }
+
+// ListenerStatus is one entry of GET /1.0/listeners.
+type ListenerStatus struct {
+	Status string `json:"status"`
+	UUID   string `json:"uuid"`
+	Type   string `json:"type"`
+}
+
+// Listeners answers GET /1.0/listeners: every HAProxy frontend of every
+// stored load balancer (always ACTIVE, as upstream), then every LVS
+// listener with its process state.
+func (a *Agent) Listeners(ctx context.Context) ([]ListenerStatus, error) {
+	out := []ListenerStatus{}
+	layout := a.haproxyLayout()
+	lbs, err := layout.LoadBalancers()
+	if err != nil {
+		return nil, fault.Internalf("listing load balancers: %w", err)
+	}
+	for _, lb := range lbs {
+		sum, err := layout.Summary(lb)
+		if err != nil {
+			return nil, fault.Internalf("reading load balancer %s: %w", lb, err)
+		}
+		for _, f := range sum.Frontends {
+			out = append(out, ListenerStatus{Status: "ACTIVE", UUID: f.Name, Type: f.Mode})
+		}
+	}
+	lvs := a.lvsLayout()
+	ids, err := lvs.Listeners()
+	if err != nil {
+		return nil, fault.Internalf("listing LVS listeners: %w", err)
+	}
+	for _, id := range ids {
+		// UDP and SCTP listeners alike are reported as UDP upstream.
+		out = append(out, ListenerStatus{Status: lvs.Status(id), UUID: id, Type: "UDP"})
+	}
+	return out, nil
+}

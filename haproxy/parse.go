@@ -39,6 +39,8 @@ var sectionKeywords = map[string]bool{
 func Parse(cfg []byte) Summary {
 	var sum Summary
 	var cur *Frontend
+	// HAProxy's own default mode; a `defaults` section may change it.
+	defaultMode, inDefaults := "TCP", false
 	sc := bufio.NewScanner(bytes.NewReader(cfg))
 	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 	for sc.Scan() {
@@ -48,6 +50,7 @@ func Parse(cfg []byte) Summary {
 		}
 		if sectionKeywords[fields[0]] {
 			cur = nil
+			inDefaults = fields[0] == "defaults"
 			if fields[0] == "frontend" && len(fields) > 1 {
 				sum.Frontends = append(sum.Frontends, Frontend{Name: fields[1]})
 				cur = &sum.Frontends[len(sum.Frontends)-1]
@@ -57,6 +60,8 @@ func Parse(cfg []byte) Summary {
 		switch {
 		case fields[0] == "stats" && len(fields) > 2 && fields[1] == "socket" && sum.StatsSocket == "":
 			sum.StatsSocket = fields[2]
+		case inDefaults && fields[0] == "mode" && len(fields) > 1:
+			defaultMode = strings.ToUpper(fields[1])
 		case cur != nil && fields[0] == "mode" && len(fields) > 1:
 			if cur.Mode != "TERMINATED_HTTPS" {
 				cur.Mode = strings.ToUpper(fields[1])
@@ -65,6 +70,11 @@ func Parse(cfg []byte) Summary {
 			if path := crtList(fields); path != "" {
 				cur.Mode, cur.CrtList = "TERMINATED_HTTPS", path
 			}
+		}
+	}
+	for i := range sum.Frontends {
+		if sum.Frontends[i].Mode == "" {
+			sum.Frontends[i].Mode = defaultMode
 		}
 	}
 	return sum

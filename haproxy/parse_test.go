@@ -29,6 +29,9 @@ frontend L3
     bind 203.0.113.10:9000
     mode tcp
 
+frontend L4
+    bind 203.0.113.10:9001
+
 backend P1:L1
     mode http
     server M1 198.51.100.5:80
@@ -40,6 +43,7 @@ backend P1:L1
 			{Name: "L1", Mode: "HTTP"},
 			{Name: "L2", Mode: "TERMINATED_HTTPS", CrtList: "/var/lib/octavia/certs/lb1/L2.pem"},
 			{Name: "L3", Mode: "TCP"},
+			{Name: "L4", Mode: "HTTP"}, // from defaults
 		},
 	}
 	if !reflect.DeepEqual(got, want) {

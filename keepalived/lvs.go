@@ -3,6 +3,7 @@
 package keepalived
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"sort"
@@ -47,6 +48,30 @@ func (l LVSLayout) Listeners() ([]string, error) {
 	}
 	sort.Strings(ids)
 	return ids, nil
+}
+
+// Listener status values reported by GET /1.0/listeners.
+const (
+	StatusActive  = "ACTIVE"
+	StatusOffline = "OFFLINE"
+	StatusError   = "ERROR"
+)
+
+// Status is the listener's state as upstream reports it: ACTIVE when its
+// keepalived runs a config with a virtual_server, OFFLINE when it is not
+// started (no pid file) or has nothing to serve, ERROR when it died.
+func (l LVSLayout) Status(id string) string {
+	if _, err := os.Stat(l.PidPath(id)); err != nil {
+		return StatusOffline
+	}
+	if !l.Running(id) {
+		return StatusError
+	}
+	cfg, err := os.ReadFile(l.ConfigPath(id))
+	if err != nil || !bytes.Contains(cfg, []byte("virtual_server")) {
+		return StatusOffline
+	}
+	return StatusActive
 }
 
 // Running reports whether the listener's keepalived is alive.

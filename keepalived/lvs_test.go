@@ -33,3 +33,30 @@ func TestListenersAndRunning(t *testing.T) {
 		t.Fatalf("Running: a1=%v b2=%v, want true false", l.Running("a1"), l.Running("b2"))
 	}
 }
+
+func TestStatus(t *testing.T) {
+	base := t.TempDir()
+	l := LVSLayout{Base: base}
+	if err := os.MkdirAll(l.Dir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(l.Dir(), name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self := strconv.Itoa(os.Getpid())
+	write("octavia-keepalivedlvs-active.conf", "virtual_server_group x {\n}\nvirtual_server group x {\n}\n")
+	write("octavia-keepalivedlvs-active.pid", self)
+	write("octavia-keepalivedlvs-empty.conf", "global_defs {\n}\n")
+	write("octavia-keepalivedlvs-empty.pid", self)
+	write("octavia-keepalivedlvs-stopped.conf", "virtual_server group x {\n}\n")
+	write("octavia-keepalivedlvs-dead.conf", "virtual_server group x {\n}\n")
+	write("octavia-keepalivedlvs-dead.pid", "2147483646")
+	for id, want := range map[string]string{"active": StatusActive, "empty": StatusOffline, "stopped": StatusOffline, "dead": StatusError} {
+		if got := l.Status(id); got != want {
+			t.Errorf("Status(%s) = %s, want %s", id, got, want)
+		}
+	}
+}

@@ -33,6 +33,15 @@ func (s *server) details(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (s *server) listeners(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.svc.Listeners(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
 func (s *server) rotateCertificate(w http.ResponseWriter, r *http.Request) error {
 	body, err := s.body(r)
 	if err != nil {

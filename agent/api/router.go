@@ -20,6 +20,7 @@ type Service interface {
 	Exclusive(ctx context.Context, fn func(context.Context) error) error
 	Info(ctx context.Context) (agent.Info, error)
 	Details(ctx context.Context) (agent.Details, error)
+	Listeners(ctx context.Context) ([]agent.ListenerStatus, error)
 	UpdateConfig(ctx context.Context, body []byte) error
 	RotateCertificate(ctx context.Context, body []byte) error
 }
@@ -73,6 +74,7 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	r.Handle("/", s.read(s.versionDiscovery)).Methods(http.MethodGet)
 	r.Handle("/1.0/info", s.read(s.info)).Methods(http.MethodGet)
 	r.Handle("/1.0/details", s.read(s.details)).Methods(http.MethodGet)
+	r.Handle("/1.0/listeners", s.read(s.listeners)).Methods(http.MethodGet)
 	r.Handle("/1.0/certificate", s.mutate(s.rotateCertificate)).Methods(http.MethodPut)
 	r.Handle("/1.0/config", s.mutate(s.updateConfig)).Methods(http.MethodPut)
 

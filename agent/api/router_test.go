@@ -50,6 +50,10 @@ func (f *fakeService) Details(ctx context.Context) (agent.Details, error) {
 	return agent.Details{Hostname: "amp", Listeners: []string{}}, nil
 }
 
+func (f *fakeService) Listeners(ctx context.Context) ([]agent.ListenerStatus, error) {
+	return []agent.ListenerStatus{}, nil
+}
+
 func (f *fakeService) record(body []byte) {
 	n := f.inside.Add(1)
 	for {
@@ -104,6 +108,7 @@ func TestRouting(t *testing.T) {
 		{"GET", "///", 200, `{"api_version":"1.0"}`},
 		{"GET", "/1.0//info", 200, `{"hostname":"amp","haproxy_version":"2.6.12","api_version":"1.0","keepalived_version":"","ipvsadm_version":""}`},
 		{"GET", "/1.0/info/", 404, notFoundBody},
+		{"GET", "/1.0/listeners", 200, `[]`},
 		{"GET", "/1.0/does-not-exist", 404, notFoundBody},
 		{"GET", "/2.0/info", 404, notFoundBody},
 		{"GET", "/1.0/plug/vip/2001:db8::2", 404, notFoundBody},

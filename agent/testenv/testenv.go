@@ -252,6 +252,18 @@ func (e *Env) ClientTLS() *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: e.AmphoraID, MinVersion: tls.VersionTLS12}
 }
 
+// ServedCertificate opens a new connection and returns the server
+// certificate the agent presents on it.
+func (e *Env) ServedCertificate() *x509.Certificate {
+	e.t.Helper()
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", e.Addr(), e.ClientTLS())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0]
+}
+
 // Client is an HTTP client that authenticates as the controller. Each call
 // uses a new connection so certificate changes are observed.
 func (e *Env) Client() *http.Client {

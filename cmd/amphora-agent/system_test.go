@@ -44,16 +44,6 @@ func handshakeRefused(e *testenv.Env, cfg *tls.Config) bool {
 	return n == 0 || err != nil && !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200")
 }
 
-func servedSerial(t *testing.T, e *testenv.Env) string {
-	t.Helper()
-	conn, err := dial(e, e.ClientTLS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
-}
-
 func TestTLSClientAuthentication(t *testing.T) {
 	e := testenv.New(t)
 	e.Start()
@@ -126,7 +116,7 @@ func TestTLS13Minimum(t *testing.T) {
 func TestCertificateRotation(t *testing.T) {
 	e := testenv.New(t)
 	e.Start()
-	before := servedSerial(t, e)
+	before := e.ServedCertificate().SerialNumber.String()
 
 	// Invalid uploads are refused and the old certificate keeps serving.
 	next, err := e.CA.Server(e.AmphoraID)
@@ -144,7 +134,7 @@ func TestCertificateRotation(t *testing.T) {
 		if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), `"message":"Invalid certificate"`) {
 			t.Errorf("%s: %d %s %s", name, status, ctype, resp)
 		}
-		if got := servedSerial(t, e); got != before {
+		if got := e.ServedCertificate().SerialNumber.String(); got != before {
 			t.Fatalf("%s: serving a different certificate after a refused upload", name)
 		}
 	}
@@ -158,7 +148,7 @@ func TestCertificateRotation(t *testing.T) {
 		}
 	}
 	want := mustLeaf(t, next.CertPEM).SerialNumber.String()
-	if got := servedSerial(t, e); got != want {
+	if got := e.ServedCertificate().SerialNumber.String(); got != want {
 		t.Fatalf("serving serial %s after rotation, want %s", got, want)
 	}
 	st, err := os.Stat(e.ServerCert)

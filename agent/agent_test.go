@@ -1,0 +1,312 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
+	"github.com/amphora-agent/amphora-agent/certs/devpki"
+)
+
+// fakeRunner answers package queries like a Debian amphora.
+type fakeRunner struct{}
+
+func (fakeRunner) Output(_ context.Context, name string, args ...string) ([]byte, error) {
+	if name != "dpkg-query" {
+		return nil, errors.New("unexpected command " + name)
+	}
+	switch args[len(args)-1] {
+	case "haproxy":
+		return []byte("1:2.6.12-1+deb12u1"), nil
+	case "keepalived":
+		return []byte("1:2.2.7-1+b2"), nil
+	case "ipvsadm":
+		return []byte("1:1.31-1+b1"), nil
+	}
+	return nil, errors.New("not installed")
+}
+
+type fixture struct {
+	dir  string
+	conf string
+	a    *Agent
+}
+
+func baseConfig(dir string) string {
+	return `
+[haproxy_amphora]
+base_path = ` + filepath.Join(dir, "lib") + `
+base_cert_dir = ` + filepath.Join(dir, "lib", "certs") + `
+[health_manager]
+controller_ip_port_list = 192.0.2.10:5555
+heartbeat_interval = 10
+heartbeat_key = insecure
+[amphora_agent]
+amphora_id = amp-1
+agent_server_cert = ` + filepath.Join(dir, "server.pem") + `
+agent_server_ca = ` + filepath.Join(dir, "ca.pem") + `
+network_namespace = amphora-agent-unit-test-absent
+[controller_worker]
+loadbalancer_topology = SINGLE
+`
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{dir: dir, conf: filepath.Join(dir, "amphora-agent.conf")}
+	if err := os.WriteFile(f.conf, []byte(baseConfig(dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sources, err := config.ReadFiles([]string{f.conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.Load(sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.a = New(Options{
+		ConfigFiles: []string{f.conf},
+		Config:      cfg,
+		Runner:      fakeRunner{},
+		OSRelease:   f.write("os-release", "ID=debian\n"),
+		Host:        sysinfo.Reader{TunedProfileFile: filepath.Join(dir, "no-tuned")},
+	})
+	return f
+}
+
+func (f *fixture) write(rel, content string) string {
+	p := filepath.Join(f.dir, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func lbConfig(frontends ...string) string {
+	var b strings.Builder
+	b.WriteString("global\n    stats socket /tmp/x.sock mode 0666 level user\n")
+	for _, f := range frontends {
+		b.WriteString("frontend " + f + "\n    mode http\n    bind 203.0.113.1:80\n")
+	}
+	return b.String()
+}
+
+func TestInfoStripsHAProxyEpochOnly(t *testing.T) {
+	f := newFixture(t)
+	info, err := f.a.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.HAProxyVersion != "2.6.12-1+deb12u1" || info.KeepalivedVersion != "1:2.2.7-1+b2" ||
+		info.IPVSAdmVersion != "1:1.31-1+b1" || info.APIVersion != "1.0" || info.Hostname == "" {
+		t.Fatalf("info = %+v", info)
+	}
+}
+
+func TestDetailsFromStoredState(t *testing.T) {
+	f := newFixture(t)
+	self := strconv.Itoa(os.Getpid())
+	f.write("lib/lb-b/haproxy.cfg", lbConfig("L3", "L1"))
+	f.write("lib/lb-b/lb-b.pid", self) // running
+	f.write("lib/lb-a/haproxy.cfg", lbConfig("L2"))
+	f.write("lib/lb-a/lb-a.pid", "2147483646") // stale
+	f.write("lib/not-an-lb/readme", "x")
+	f.write("lib/lvs/octavia-keepalivedlvs-U1.conf", "virtual_server group g {\n}\n")
+	f.write("lib/lvs/octavia-keepalivedlvs-U1.pid", self)
+	f.write("lib/lvs/octavia-keepalivedlvs-L1.conf", "virtual_server group g {\n}\n")
+
+	d, err := f.a.Details(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.HAProxyCount != 1 {
+		t.Errorf("haproxy_count = %d, want 1", d.HAProxyCount)
+	}
+	if want := []string{"L1", "L2", "L3", "U1"}; !reflect.DeepEqual(d.Listeners, want) {
+		t.Errorf("listeners = %v, want %v (sorted union, no duplicates)", d.Listeners, want)
+	}
+	if d.LVSListenerProcessCount != 1 {
+		t.Errorf("lvs_listener_process_count = %d, want 1", d.LVSListenerProcessCount)
+	}
+
+	// Every key of the spec, with the JSON type the controller expects.
+	raw, _ := json.Marshal(d)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	wantTypes := map[string]string{
+		"hostname": "string", "haproxy_version": "string", "api_version": "string", "networks": "object",
+		"active": "bool", "haproxy_count": "number", "cpu_count": "number", "cpu": "object", "memory": "object",
+		"disk": "object", "load": "array", "active_tuned_profiles": "string", "topology": "string",
+		"topology_status": "string", "listeners": "array", "packages": "object",
+		"lvs_listener_process_count": "number", "keepalived_version": "string", "ipvsadm_version": "string",
+	}
+	var keys []string
+	for k, v := range m {
+		keys = append(keys, k)
+		if got := jsonType(v); got != wantTypes[k] {
+			t.Errorf("%s: JSON type %s, want %s", k, got, wantTypes[k])
+		}
+	}
+	sort.Strings(keys)
+	if len(keys) != len(wantTypes) {
+		t.Errorf("keys = %v", keys)
+	}
+	for _, k := range []string{"total", "free", "buffers", "cached", "swap_used", "shared", "slab"} {
+		if _, ok := m["memory"].(map[string]any)[k].(float64); !ok {
+			t.Errorf("memory.%s missing or not a number", k)
+		}
+	}
+	cpu := m["cpu"].(map[string]any)
+	if _, ok := cpu["total"].(float64); !ok {
+		t.Error("cpu.total is not a number")
+	}
+	for _, k := range []string{"user", "system", "soft_irq"} {
+		if _, ok := cpu[k].(string); !ok {
+			t.Errorf("cpu.%s is not a string (upstream quirk)", k)
+		}
+	}
+	if m["topology"] != "SINGLE" || m["topology_status"] != "OK" || m["active"] != true {
+		t.Errorf("fixed fields: %v %v %v", m["topology"], m["topology_status"], m["active"])
+	}
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case float64:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "null"
+}
+
+func TestListeners(t *testing.T) {
+	f := newFixture(t)
+	got, err := f.a.Listeners(context.Background())
+	if err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("no state: %v, %v; want an empty list", got, err)
+	}
+	f.write("lib/lb-a/haproxy.cfg", lbConfig("L1")+
+		"frontend L2\n    mode http\n    bind 203.0.113.1:443 ssl crt-list /x/L2.pem\n")
+	f.write("lib/lvs/octavia-keepalivedlvs-U1.conf", "virtual_server group g {\n}\n")
+	got, err = f.a.Listeners(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ListenerStatus{
+		{"ACTIVE", "L1", "HTTP"}, {"ACTIVE", "L2", "TERMINATED_HTTPS"}, {"OFFLINE", "U1", "UDP"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Listeners = %v, want %v", got, want)
+	}
+}
+
+func TestUpdateConfig(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	var seen []*config.Config
+	f.a.OnConfig(func(c *config.Config) { mu.Lock(); seen = append(seen, c); mu.Unlock() })
+	original, _ := os.ReadFile(f.conf)
+
+	bad := strings.Replace(string(original), "loadbalancer_topology = SINGLE", "loadbalancer_topology = ACTIVE_PASSIVE", 1)
+	err := f.a.UpdateConfig(context.Background(), []byte(bad))
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "loadbalancer_topology") {
+		t.Fatalf("invalid upload: %v", err)
+	}
+	// A bad heartbeat value is refused on upload even though start-up only
+	// warns about it.
+	badHB := strings.Replace(string(original), "heartbeat_interval = 10", "heartbeat_interval = ten", 1)
+	if err := f.a.UpdateConfig(context.Background(), []byte(badHB)); err == nil {
+		t.Fatal("upload with heartbeat_interval = ten accepted")
+	}
+	if now, _ := os.ReadFile(f.conf); string(now) != string(original) || len(seen) != 0 {
+		t.Fatal("a refused upload changed the file or the running configuration")
+	}
+
+	good := strings.NewReplacer(
+		"loadbalancer_topology = SINGLE", "loadbalancer_topology = ACTIVE_STANDBY",
+		"heartbeat_interval = 10", "heartbeat_interval = 3",
+		"heartbeat_key = insecure", "heartbeat_key = rotated",
+		"controller_ip_port_list = 192.0.2.10:5555", "controller_ip_port_list = 192.0.2.20:5555, [2001:db8::1]:5556",
+	).Replace(string(original))
+	if err := f.a.UpdateConfig(context.Background(), []byte(good)); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(f.conf); string(now) != good {
+		t.Fatal("file not replaced")
+	}
+	if st, _ := os.Stat(f.conf); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode().Perm())
+	}
+	cfg := f.a.Config()
+	if !cfg.ActiveStandby() || cfg.HeartbeatInterval.Seconds() != 3 || cfg.HeartbeatKey != "rotated" ||
+		!reflect.DeepEqual(cfg.ControllerIPPortList, []string{"192.0.2.20:5555", "[2001:db8::1]:5556"}) {
+		t.Fatalf("live config not updated: %+v", cfg)
+	}
+	if len(seen) != 1 || seen[0] != cfg {
+		t.Fatalf("watchers saw %d configs", len(seen))
+	}
+
+	// SIGHUP path: the file is the source of truth again.
+	if err := os.WriteFile(f.conf, original, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if f.a.Config().ActiveStandby() || len(seen) != 2 {
+		t.Fatal("Reload did not apply the file")
+	}
+}
+
+func TestRotateCertificate(t *testing.T) {
+	f := newFixture(t)
+	ca, err := devpki.NewAuthority("ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := ca.Server("amp-1")
+	next, _ := ca.Server("amp-1")
+	certPath := f.write("server.pem", string(old.Combined()))
+
+	err = f.a.RotateCertificate(context.Background(), next.CertPEM)
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid {
+		t.Fatalf("certificate without key: %v", err)
+	}
+	if now, _ := os.ReadFile(certPath); string(now) != string(old.Combined()) {
+		t.Fatal("refused upload replaced the file")
+	}
+	if err := f.a.RotateCertificate(context.Background(), next.Combined()); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(certPath); string(now) != string(next.Combined()) {
+		t.Fatal("file not replaced")
+	}
+	if st, _ := os.Stat(certPath); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode().Perm())
+	}
+}
