@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"time"
@@ -118,4 +119,13 @@ func (a *Authority) issue(cn string, dns []string, ips []net.IP, usage x509.ExtK
 		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}, nil
+}
+
+// Leaf parses the issued certificate.
+func (i Issued) Leaf() (*x509.Certificate, error) {
+	block, _ := pem.Decode(i.CertPEM)
+	if block == nil {
+		return nil, errors.New("no PEM block in the certificate")
+	}
+	return x509.ParseCertificate(block.Bytes)
 }

@@ -10,14 +10,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,7 +120,7 @@ func TestInteropControllerClient(t *testing.T) {
 
 	env := testenv.New(t)
 	env.Start()
-	oldSerial := servedSerial(t, env)
+	oldSerial := env.ServedCertificate().SerialNumber
 
 	// The new agent config: the one the agent runs with, with the two
 	// options the controller's AmphoraConfigUpdate changes.
@@ -142,7 +138,11 @@ func TestInteropControllerClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newSerial := certSerial(t, newServer.CertPEM)
+	newLeaf, err := newServer.Leaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSerial := newLeaf.SerialNumber
 	if newSerial.Cmp(oldSerial) == 0 {
 		t.Fatal("the rotated certificate has the old serial number")
 	}
@@ -281,7 +281,7 @@ func TestInteropControllerClient(t *testing.T) {
 		var last *big.Int
 		deadline := time.Now().Add(logWait)
 		for {
-			last = servedSerial(t, env)
+			last = env.ServedCertificate().SerialNumber
 			if last.Cmp(newSerial) == 0 {
 				break
 			}
@@ -473,35 +473,6 @@ func wantType(t *testing.T, what string, m map[string]any, key, typ string) {
 	if !ok {
 		t.Errorf("%s %q = %v (%T), want JSON %s", what, key, v, v, typ)
 	}
-}
-
-// servedSerial opens a new controller-like TLS connection and returns the
-// serial number of the certificate the agent presents.
-func servedSerial(t *testing.T, env *testenv.Env) *big.Int {
-	t.Helper()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", env.Addr(), env.ClientTLS())
-	if err != nil {
-		t.Fatalf("TLS connection to the agent: %v", err)
-	}
-	defer conn.Close()
-	certs := conn.ConnectionState().PeerCertificates
-	if len(certs) == 0 {
-		t.Fatal("the agent presented no certificate")
-	}
-	return certs[0].SerialNumber
-}
-
-func certSerial(t *testing.T, certPEM []byte) *big.Int {
-	t.Helper()
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		t.Fatal("no PEM block in the issued certificate")
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.SerialNumber
 }
 
 // pathField is how the access log's path field appears in a log line.

@@ -6,9 +6,7 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"net"
 	"os"
 	"os/exec"
@@ -147,7 +145,11 @@ func TestCertificateRotation(t *testing.T) {
 			t.Fatalf("rotation %d: %d %s", i, status, resp)
 		}
 	}
-	want := mustLeaf(t, next.CertPEM).SerialNumber.String()
+	leaf, err := next.Leaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := leaf.SerialNumber.String()
 	if got := e.ServedCertificate().SerialNumber.String(); got != want {
 		t.Fatalf("serving serial %s after rotation, want %s", got, want)
 	}
@@ -158,19 +160,6 @@ func TestCertificateRotation(t *testing.T) {
 	if data, _ := os.ReadFile(e.ServerCert); !bytes.Equal(data, next.Combined()) {
 		t.Fatal("server certificate file differs from the upload")
 	}
-}
-
-func mustLeaf(t *testing.T, certPEM []byte) *x509.Certificate {
-	t.Helper()
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		t.Fatal("no PEM block")
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return leaf
 }
 
 func TestConfigUpload(t *testing.T) {
