@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/certs"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
+	"github.com/amphora-agent/amphora-agent/netns"
 )
 
 // APIVersion is what version discovery answers; the controller only knows
@@ -39,6 +41,12 @@ type Options struct {
 	Host      sysinfo.Reader
 	OSRelease string
 	ProcDir   string
+
+	// HAProxyRunner runs `haproxy -c`; nil runs the real binary.
+	HAProxyRunner haproxy.Runner
+	// Advertise announces VIPs after a start or reload in SINGLE topology;
+	// nil sends real gratuitous ARP / unsolicited NA.
+	Advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
 }
 
 // Agent is one running amphora agent.
@@ -60,6 +68,12 @@ type Agent struct {
 
 	watchMu  sync.Mutex
 	watchers []func(*config.Config)
+
+	// Load balancers. Their paths and namespace are fixed at start-up.
+	lbStore   *haproxy.Store
+	lbs       *haproxy.Supervisor
+	advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
+	lbCerts   certs.Store
 }
 
 // New builds an agent around an already loaded configuration.
@@ -95,8 +109,56 @@ func New(o Options) *Agent {
 	}
 	a.cfg.Store(o.Config)
 	a.applyLevel(o.Config)
+
+	cfg := o.Config
+	runner := o.HAProxyRunner
+	if runner == nil {
+		runner = haproxy.ExecRunner{}
+	}
+	a.lbStore = &haproxy.Store{
+		Layout:        haproxy.Layout{Base: cfg.BasePath, ProcDir: a.procDir},
+		HAProxyCmd:    cfg.HAProxyCmd,
+		UserGroupFile: cfg.HAProxyUserGroupFile,
+		Runner:        runner,
+		Log:           a.log.Named("haproxy"),
+	}
+	a.lbs = haproxy.NewSupervisor(haproxy.SupervisorOptions{
+		Store:     a.lbStore,
+		Namespace: cfg.Namespace,
+		Backoff: haproxy.Backoff{
+			Count:    cfg.RespawnCount,
+			Interval: cfg.RespawnInterval,
+			Max:      haproxy.DefaultBackoff.Max,
+			Stable:   haproxy.DefaultBackoff.Stable,
+		},
+		Log:     a.log.Named("haproxy"),
+		ProcDir: a.procDir,
+	})
+	a.lbCerts = certs.Store{Dir: cfg.BaseCertDir}
+	a.advertise = o.Advertise
+	if a.advertise == nil {
+		log := a.log.Named("advertise")
+		a.advertise = func(ctx context.Context, ns string, addrs []netip.Addr) error {
+			return netns.AdvertiseWith(ctx, ns, addrs, log)
+		}
+	}
 	return a
 }
+
+// RestoreLoadBalancers brings every load balancer back to its desired
+// state (after a reboot or an agent restart), holding the mutation lock so
+// controller requests wait for it.
+func (a *Agent) RestoreLoadBalancers(ctx context.Context) error {
+	return a.Exclusive(ctx, func(ctx context.Context) error {
+		return a.lbs.Restore(ctx)
+	})
+}
+
+// Close stops supervision without stopping HAProxy: a restarted agent
+// adopts the running masters, so traffic never stops with the agent.
+func (a *Agent) Close() { a.lbs.Close() }
+
+func (a *Agent) certStore() certs.Store { return a.lbCerts }
 
 // Start begins the background work that must not delay start-up: the
 // package version lookup that /info and /details report.
@@ -258,10 +320,8 @@ func (a *Agent) RotateCertificate(ctx context.Context, body []byte) error {
 	return nil
 }
 
-func (a *Agent) haproxyLayout() haproxy.Layout {
-	return haproxy.Layout{Base: a.Config().BasePath, ProcDir: a.procDir}
-}
+func (a *Agent) haproxyLayout() haproxy.Layout { return a.lbStore.Layout }
 
 func (a *Agent) lvsLayout() keepalived.LVSLayout {
-	return keepalived.LVSLayout{Base: a.Config().BasePath, ProcDir: a.procDir}
+	return keepalived.LVSLayout{Base: a.lbStore.Layout.Base, ProcDir: a.procDir}
 }

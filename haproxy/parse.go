@@ -6,6 +6,8 @@ package haproxy
 import (
 	"bufio"
 	"bytes"
+	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -23,6 +25,11 @@ type Frontend struct {
 type Summary struct {
 	Frontends   []Frontend
 	StatsSocket string
+	// GlobalMaxconn is the global section's maxconn, 0 when absent.
+	GlobalMaxconn int
+	// BindAddresses are the IP addresses of the frontends' bind lines, in
+	// order of appearance, without duplicates (the VIPs to advertise).
+	BindAddresses []netip.Addr
 }
 
 // sectionKeywords start a new section of an HAProxy config.
@@ -40,7 +47,8 @@ func Parse(cfg []byte) Summary {
 	var sum Summary
 	var cur *Frontend
 	// HAProxy's own default mode; a `defaults` section may change it.
-	defaultMode, inDefaults := "TCP", false
+	defaultMode, inDefaults, inGlobal := "TCP", false, false
+	seen := map[netip.Addr]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(cfg))
 	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 	for sc.Scan() {
@@ -51,6 +59,7 @@ func Parse(cfg []byte) Summary {
 		if sectionKeywords[fields[0]] {
 			cur = nil
 			inDefaults = fields[0] == "defaults"
+			inGlobal = fields[0] == "global"
 			if fields[0] == "frontend" && len(fields) > 1 {
 				sum.Frontends = append(sum.Frontends, Frontend{Name: fields[1]})
 				cur = &sum.Frontends[len(sum.Frontends)-1]
@@ -60,6 +69,8 @@ func Parse(cfg []byte) Summary {
 		switch {
 		case fields[0] == "stats" && len(fields) > 2 && fields[1] == "socket" && sum.StatsSocket == "":
 			sum.StatsSocket = fields[2]
+		case inGlobal && fields[0] == "maxconn" && len(fields) > 1:
+			sum.GlobalMaxconn, _ = strconv.Atoi(fields[1])
 		case inDefaults && fields[0] == "mode" && len(fields) > 1:
 			defaultMode = strings.ToUpper(fields[1])
 		case cur != nil && fields[0] == "mode" && len(fields) > 1:
@@ -70,6 +81,12 @@ func Parse(cfg []byte) Summary {
 			if path := crtList(fields); path != "" {
 				cur.Mode, cur.CrtList = "TERMINATED_HTTPS", path
 			}
+			if len(fields) > 1 {
+				if a, ok := bindAddress(fields[1]); ok && !seen[a] {
+					seen[a] = true
+					sum.BindAddresses = append(sum.BindAddresses, a)
+				}
+			}
 		}
 	}
 	for i := range sum.Frontends {
@@ -78,6 +95,22 @@ func Parse(cfg []byte) Summary {
 		}
 	}
 	return sum
+}
+
+// bindAddress extracts the IP of a bind address such as 203.0.113.10:80,
+// [2001:db8::1]:443 or 2001:db8::1:443 (HAProxy splits at the last colon).
+func bindAddress(spec string) (netip.Addr, bool) {
+	spec, _, _ = strings.Cut(spec, ",")
+	i := strings.LastIndexByte(spec, ':')
+	if i < 0 {
+		return netip.Addr{}, false
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(spec[:i], "["), "]")
+	a, err := netip.ParseAddr(host)
+	if err != nil || a.IsUnspecified() {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
 }
 
 func crtList(bind []string) string {

@@ -1,6 +1,7 @@
 package haproxy
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 )
@@ -9,6 +10,7 @@ func TestParse(t *testing.T) {
 	cfg := `# Configuration for loadbalancer lb1
 global
     daemon
+    maxconn 4000
     user nobody
     stats socket /var/lib/octavia/lb1.sock mode 0666 level user
 
@@ -31,6 +33,9 @@ frontend L3
 
 frontend L4
     bind 203.0.113.10:9001
+    bind [2001:db8::10]:9001
+    bind 2001:db8::11:9002 v4v6
+    bind :::9003
 
 backend P1:L1
     mode http
@@ -38,7 +43,11 @@ backend P1:L1
 `
 	got := Parse([]byte(cfg))
 	want := Summary{
-		StatsSocket: "/var/lib/octavia/lb1.sock",
+		StatsSocket:   "/var/lib/octavia/lb1.sock",
+		GlobalMaxconn: 4000,
+		BindAddresses: []netip.Addr{
+			netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("2001:db8::11"),
+		},
 		Frontends: []Frontend{
 			{Name: "L1", Mode: "HTTP"},
 			{Name: "L2", Mode: "TERMINATED_HTTPS", CrtList: "/var/lib/octavia/certs/lb1/L2.pem"},

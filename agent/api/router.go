@@ -23,6 +23,19 @@ type Service interface {
 	Listeners(ctx context.Context) ([]agent.ListenerStatus, error)
 	UpdateConfig(ctx context.Context, body []byte) error
 	RotateCertificate(ctx context.Context, body []byte) error
+	PlugVIP(ctx context.Context, vip string, body []byte) (string, error)
+	PlugNetwork(ctx context.Context, body []byte) (string, error)
+	InterfaceFor(ctx context.Context, ip string) (string, error)
+	SetInterfaceRules(ctx context.Context, ip string, body []byte) error
+
+	UploadHAProxy(ctx context.Context, amphoraID, lb string, body []byte) (string, error)
+	HAProxyConfig(ctx context.Context, lb string) ([]byte, string, error)
+	LoadBalancerAction(ctx context.Context, id, action string) (string, error)
+	DeleteListener(ctx context.Context, id string) error
+	ValidateCertificateName(name string) error
+	PutCertificate(ctx context.Context, lb, name string, body []byte) (string, error)
+	CertificateMD5(ctx context.Context, lb, name string) (string, error)
+	DeleteCertificate(ctx context.Context, lb, name string) error
 }
 
 // Options tune the HTTP surface.
@@ -75,8 +88,24 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	r.Handle("/1.0/info", s.read(s.info)).Methods(http.MethodGet)
 	r.Handle("/1.0/details", s.read(s.details)).Methods(http.MethodGet)
 	r.Handle("/1.0/listeners", s.read(s.listeners)).Methods(http.MethodGet)
+	r.Handle("/1.0/listeners/{object_id}", s.mutate(s.deleteListener)).Methods(http.MethodDelete)
+	// Certificates before the haproxy upload: upstream reads
+	// .../x/certificates/haproxy as a certificate named "haproxy".
+	certPath := "/1.0/loadbalancer/{lb_id}/certificates/{filename}"
+	r.Handle(certPath, s.mutate(s.putCertificate)).Methods(http.MethodPut)
+	r.Handle(certPath, s.read(s.getCertificate)).Methods(http.MethodGet)
+	r.Handle(certPath, s.mutate(s.deleteCertificate)).Methods(http.MethodDelete)
+	r.Handle("/1.0/loadbalancer/{amphora_id}/{lb_id}/haproxy", s.mutate(s.uploadHAProxy)).Methods(http.MethodPut)
+	// GET .../{lb}/haproxy downloads the config; PUT on the same path is an
+	// action named "haproxy" (400), as upstream.
+	r.Handle("/1.0/loadbalancer/{lb_id}/haproxy", s.read(s.getHAProxy)).Methods(http.MethodGet)
+	r.Handle("/1.0/loadbalancer/{object_id}/{action}", s.mutate(s.loadBalancerAction)).Methods(http.MethodPut)
 	r.Handle("/1.0/certificate", s.mutate(s.rotateCertificate)).Methods(http.MethodPut)
 	r.Handle("/1.0/config", s.mutate(s.updateConfig)).Methods(http.MethodPut)
+	r.Handle("/1.0/plug/vip/{vip}", s.mutate(s.plugVIP)).Methods(http.MethodPost)
+	r.Handle("/1.0/plug/network", s.mutate(s.plugNetwork)).Methods(http.MethodPost)
+	r.Handle("/1.0/interface/{ip}", s.read(s.getInterface)).Methods(http.MethodGet)
+	r.Handle("/1.0/interface/{ip}/rules", s.mutate(s.setInterfaceRules)).Methods(http.MethodPut)
 
 	return s.recoverPanics(s.accessLog(collapseSlashes(r)))
 }

@@ -25,6 +25,9 @@ type fakeService struct {
 	configErr error
 	certErr   error
 	gotBody   []byte
+	calls     []string
+	// net answers the network calls (see network_test.go).
+	net fakeNetwork
 
 	inside, maxInside atomic.Int32
 	hold              time.Duration
@@ -54,6 +57,54 @@ func (f *fakeService) Listeners(ctx context.Context) ([]agent.ListenerStatus, er
 	return []agent.ListenerStatus{}, nil
 }
 
+// Load balancer calls are recorded by name and arguments, so routing
+// tests can see which handler a path reached.
+func (f *fakeService) call(parts ...string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, strings.Join(parts, " "))
+	f.mu.Unlock()
+}
+
+func (f *fakeService) UploadHAProxy(_ context.Context, amp, lb string, body []byte) (string, error) {
+	f.call("upload", amp, lb, string(body))
+	return "etag-" + lb, nil
+}
+
+func (f *fakeService) HAProxyConfig(_ context.Context, lb string) ([]byte, string, error) {
+	f.call("config", lb)
+	return []byte("global\n"), "md5-" + lb, nil
+}
+
+func (f *fakeService) LoadBalancerAction(_ context.Context, id, action string) (string, error) {
+	f.call("action", id, action)
+	return "Listener " + id + " reloaded", nil
+}
+
+func (f *fakeService) DeleteListener(_ context.Context, id string) error {
+	f.call("delete", id)
+	return nil
+}
+
+func (f *fakeService) ValidateCertificateName(name string) error {
+	f.call("validate", name)
+	return nil
+}
+
+func (f *fakeService) PutCertificate(_ context.Context, lb, name string, body []byte) (string, error) {
+	f.call("put-cert", lb, name, string(body))
+	return "md5-" + name, nil
+}
+
+func (f *fakeService) CertificateMD5(_ context.Context, lb, name string) (string, error) {
+	f.call("get-cert", lb, name)
+	return "md5-" + name, nil
+}
+
+func (f *fakeService) DeleteCertificate(_ context.Context, lb, name string) error {
+	f.call("delete-cert", lb, name)
+	return nil
+}
+
 func (f *fakeService) record(body []byte) {
 	n := f.inside.Add(1)
 	for {
@@ -77,6 +128,26 @@ func (f *fakeService) UpdateConfig(ctx context.Context, body []byte) error {
 func (f *fakeService) RotateCertificate(ctx context.Context, body []byte) error {
 	f.record(body)
 	return f.certErr
+}
+
+func (f *fakeService) PlugVIP(ctx context.Context, vip string, body []byte) (string, error) {
+	f.record(body)
+	return f.net.plug("vip " + vip)
+}
+
+func (f *fakeService) PlugNetwork(ctx context.Context, body []byte) (string, error) {
+	f.record(body)
+	return f.net.plug("network")
+}
+
+func (f *fakeService) InterfaceFor(ctx context.Context, ip string) (string, error) {
+	return f.net.lookup(ip)
+}
+
+func (f *fakeService) SetInterfaceRules(ctx context.Context, ip string, body []byte) error {
+	f.record(body)
+	_, err := f.net.lookup(ip)
+	return err
 }
 
 func serve(t *testing.T, h http.Handler, method, path, body string) (int, string, string) {
@@ -111,7 +182,7 @@ func TestRouting(t *testing.T) {
 		{"GET", "/1.0/listeners", 200, `[]`},
 		{"GET", "/1.0/does-not-exist", 404, notFoundBody},
 		{"GET", "/2.0/info", 404, notFoundBody},
-		{"GET", "/1.0/plug/vip/2001:db8::2", 404, notFoundBody},
+		{"GET", "/1.0/plug/vip/2001:db8::2", 405, methodBody},
 		{"PUT", "/1.0/info", 405, methodBody},
 		{"POST", "/", 405, methodBody},
 		{"DELETE", "/1.0/details", 405, methodBody},
@@ -243,3 +314,45 @@ func TestPanicBecomesJSON500(t *testing.T) {
 type panicky struct{ *fakeService }
 
 func (panicky) Info(context.Context) (agent.Info, error) { panic("bug") }
+
+func TestLoadBalancerRoutes(t *testing.T) {
+	cases := []struct {
+		method, path, body string
+		status             int
+		resp, etag, ctype  string
+		calls              []string
+	}{
+		{"PUT", "/1.0/loadbalancer/amp1/lb1/haproxy", "cfg", 202, `{"message":"OK"}`, "etag-lb1", "application/json",
+			[]string{"upload amp1 lb1 cfg"}},
+		{"GET", "/1.0/loadbalancer/lb1/haproxy", "", 200, "global\n", "md5-lb1", "text/plain; charset=UTF-8",
+			[]string{"config lb1"}},
+		// PUT on the download path is the action route with action "haproxy".
+		{"PUT", "/1.0/loadbalancer/lb1/haproxy", "", 202, `{"message":"OK","details":"Listener lb1 reloaded"}`, "", "application/json",
+			[]string{"action lb1 haproxy"}},
+		{"PUT", "/1.0/loadbalancer/lb1/RELOAD", "", 202, `{"message":"OK","details":"Listener lb1 reloaded"}`, "", "application/json",
+			[]string{"action lb1 RELOAD"}},
+		// The certificate route wins over the haproxy upload.
+		{"PUT", "/1.0/loadbalancer/lb1/certificates/haproxy", "pem", 200, `{"message":"OK"}`, "md5-haproxy", "application/json",
+			[]string{"validate haproxy", "put-cert lb1 haproxy pem"}},
+		{"GET", "/1.0/loadbalancer/lb1/certificates/x.pem", "", 200, `{"md5sum":"md5-x.pem"}`, "md5-x.pem", "application/json",
+			[]string{"get-cert lb1 x.pem"}},
+		{"DELETE", "/1.0/loadbalancer/lb1/certificates/x.pem", "", 200, `{"message":"OK"}`, "", "application/json",
+			[]string{"delete-cert lb1 x.pem"}},
+		{"DELETE", "/1.0/listeners/lb1", "", 200, `{"message":"OK"}`, "", "application/json", []string{"delete lb1"}},
+		{"POST", "/1.0/loadbalancer/lb1/start", "", 405, methodBody, "", "application/json", nil},
+		{"DELETE", "/1.0/loadbalancer/lb1/haproxy", "", 405, methodBody, "", "application/json", nil},
+	}
+	for _, c := range cases {
+		f := newFake()
+		h := NewHandler(f, zap.NewNop(), Options{})
+		req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.status || rec.Body.String() != c.resp || rec.Header().Get("ETag") != c.etag ||
+			rec.Header().Get("Content-Type") != c.ctype || strings.Join(f.calls, "|") != strings.Join(c.calls, "|") {
+			t.Errorf("%s %s = %d %q etag=%q type=%q calls=%q\nwant %d %q etag=%q type=%q calls=%q", c.method, c.path,
+				rec.Code, rec.Body.String(), rec.Header().Get("ETag"), rec.Header().Get("Content-Type"), f.calls,
+				c.status, c.resp, c.etag, c.ctype, c.calls)
+		}
+	}
+}

@@ -87,7 +87,13 @@ type Env struct {
 // New prepares (but does not start) an agent.
 func New(t testing.TB) *Env {
 	t.Helper()
-	dir := t.TempDir()
+	// A short folder: HAProxy's unix sockets live under it, and socket
+	// paths are limited to 107 bytes.
+	dir, err := os.MkdirTemp("", "aa-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	ca, err := devpki.NewAuthority("test controller CA")
 	if err != nil {
 		t.Fatal(err)

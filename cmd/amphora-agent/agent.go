@@ -94,7 +94,20 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	defer stop()
 
 	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level})
+	// The namespace and the plugged ports come back before any load
+	// balancer starts; a failure is logged and the API still serves.
+	a.PrepareNetwork(ctx)
 	a.Start(ctx)
+	// Supervision ends with the agent; HAProxy keeps serving and the next
+	// agent adopts it.
+	defer a.Close()
+	// Load balancers come back in the background so the API answers at
+	// once; controller mutations wait for the restore's lock.
+	go func() {
+		if err := a.RestoreLoadBalancers(ctx); err != nil {
+			log.Error("restoring load balancers", zap.Error(err))
+		}
+	}()
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
 	if err != nil {

@@ -26,7 +26,9 @@ type subcommand struct {
 }
 
 // subcommands is the table later features add to.
-var subcommands = map[string]subcommand{}
+var subcommands = map[string]subcommand{
+	"interface": {summary: "up|down <name|all>: apply or remove interface files in the namespace", run: runInterface},
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

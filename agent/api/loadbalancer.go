@@ -1,0 +1,95 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gorilla/mux"
+)
+
+func (s *server) uploadHAProxy(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.body(r)
+	if err != nil {
+		return err
+	}
+	v := mux.Vars(r)
+	etag, err := s.svc.UploadHAProxy(r.Context(), v["amphora_id"], v["lb_id"], body)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("ETag", etag)
+	writeJSON(w, http.StatusAccepted, ok())
+	return nil
+}
+
+func (s *server) getHAProxy(w http.ResponseWriter, r *http.Request) error {
+	data, etag, err := s.svc.HAProxyConfig(r.Context(), mux.Vars(r)["lb_id"])
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+	w.Header().Set("ETag", etag)
+	w.WriteHeader(http.StatusOK)
+	w.Write(data)
+	return nil
+}
+
+func (s *server) loadBalancerAction(w http.ResponseWriter, r *http.Request) error {
+	v := mux.Vars(r)
+	details, err := s.svc.LoadBalancerAction(r.Context(), v["object_id"], v["action"])
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, okDetails(details))
+	return nil
+}
+
+func (s *server) deleteListener(w http.ResponseWriter, r *http.Request) error {
+	if err := s.svc.DeleteListener(r.Context(), mux.Vars(r)["object_id"]); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ok())
+	return nil
+}
+
+type md5Body struct {
+	MD5Sum string `json:"md5sum"`
+}
+
+func (s *server) putCertificate(w http.ResponseWriter, r *http.Request) error {
+	v := mux.Vars(r)
+	// The name is checked before the body is read, as upstream does.
+	if err := s.svc.ValidateCertificateName(v["filename"]); err != nil {
+		return err
+	}
+	body, err := s.body(r)
+	if err != nil {
+		return err
+	}
+	sum, err := s.svc.PutCertificate(r.Context(), v["lb_id"], v["filename"], body)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("ETag", sum)
+	writeJSON(w, http.StatusOK, ok())
+	return nil
+}
+
+func (s *server) getCertificate(w http.ResponseWriter, r *http.Request) error {
+	v := mux.Vars(r)
+	sum, err := s.svc.CertificateMD5(r.Context(), v["lb_id"], v["filename"])
+	if err != nil {
+		return err
+	}
+	w.Header().Set("ETag", sum)
+	writeJSON(w, http.StatusOK, md5Body{MD5Sum: sum})
+	return nil
+}
+
+func (s *server) deleteCertificate(w http.ResponseWriter, r *http.Request) error {
+	v := mux.Vars(r)
+	if err := s.svc.DeleteCertificate(r.Context(), v["lb_id"], v["filename"]); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ok())
+	return nil
+}

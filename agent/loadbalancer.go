@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/certs"
+	"github.com/amphora-agent/amphora-agent/haproxy"
+)
+
+// Load balancer actions the controller may ask for.
+const (
+	actionStart  = "start"
+	actionStop   = "stop"
+	actionReload = "reload"
+)
+
+func lbID(id string) error { return haproxy.ValidateID("load balancer id", id) }
+
+// UploadHAProxy validates and stores a load balancer's HAProxy config and
+// returns its ETag (the md5 of the body as received).
+func (a *Agent) UploadHAProxy(ctx context.Context, amphoraID, lb string, body []byte) (string, error) {
+	if err := a.lbStore.Upload(ctx, amphoraID, lb, body); err != nil {
+		return "", err
+	}
+	return haproxy.MD5(body), nil
+}
+
+// HAProxyConfig returns the stored config and its md5.
+func (a *Agent) HAProxyConfig(ctx context.Context, lb string) ([]byte, string, error) {
+	data, err := a.lbStore.Config(lb)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, haproxy.MD5(data), nil
+}
+
+// LoadBalancerAction runs start, stop or reload on a load balancer and
+// returns the details text upstream answers with.
+func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (string, error) {
+	action = strings.ToLower(action)
+	switch action {
+	case actionStart, actionStop, actionReload:
+	default:
+		return "", fault.Invalid("Invalid Request", "Unknown action: "+action)
+	}
+	if lbID(id) != nil || !a.lbStore.Exists(id) {
+		return "", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+id)
+	}
+	started := action == actionStart
+	var err error
+	switch action {
+	case actionStart:
+		err = a.lbs.Start(ctx, id)
+	case actionStop:
+		err = a.lbs.Stop(ctx, id)
+	case actionReload:
+		started, err = a.lbs.Reload(ctx, id)
+	}
+	if err != nil {
+		return "", err
+	}
+	if action != actionStop && !a.Config().ActiveStandby() {
+		a.advertiseVIPs(ctx, id)
+	}
+	switch {
+	case started:
+		return "Configuration file is valid\nhaproxy daemon for " + id + " started", nil
+	case action == actionReload:
+		return "Listener " + id + " reloaded", nil
+	default:
+		// Sic: upstream's spelling, kept for byte-for-byte answers.
+		return "Listener " + id + " stoped", nil
+	}
+}
+
+// advertiseVIPs sends gratuitous ARP / unsolicited NA for the addresses
+// the LB binds, so upstream switches learn the VIP's new home at once. In
+// ACTIVE_STANDBY keepalived does this instead.
+func (a *Agent) advertiseVIPs(ctx context.Context, lb string) {
+	sum, err := a.haproxyLayout().Summary(lb)
+	if err != nil || len(sum.BindAddresses) == 0 {
+		return
+	}
+	if err := a.advertise(ctx, a.Config().Namespace, sum.BindAddresses); err != nil {
+		a.log.Warn("advertising VIPs", zap.String("lb", lb), zap.Error(err))
+	}
+}
+
+// DeleteListener stops a load balancer and removes its config, socket and
+// certificates. Unknown ids succeed: the controller repeats deletes.
+func (a *Agent) DeleteListener(ctx context.Context, id string) error {
+	if lbID(id) != nil {
+		return nil
+	}
+	if err := a.lbs.Delete(ctx, id); err != nil {
+		return err
+	}
+	if err := a.certStore().RemoveAll(id, lbID); err != nil {
+		a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))
+	}
+	return nil
+}
+
+// PutCertificate stores a listener certificate and returns its md5.
+func (a *Agent) PutCertificate(ctx context.Context, lb, name string, body []byte) (string, error) {
+	return a.certStore().Put(lb, name, body, lbID)
+}
+
+// CertificateMD5 returns the md5 of a stored certificate.
+func (a *Agent) CertificateMD5(ctx context.Context, lb, name string) (string, error) {
+	return a.certStore().MD5(lb, name, lbID)
+}
+
+// DeleteCertificate removes a stored certificate.
+func (a *Agent) DeleteCertificate(ctx context.Context, lb, name string) error {
+	return a.certStore().Delete(lb, name, lbID)
+}
+
+// ValidateCertificateName applies the certificate file name rules.
+func (a *Agent) ValidateCertificateName(name string) error { return certs.ValidateFilename(name) }

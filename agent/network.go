@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/netns"
+)
+
+// network is the namespace's network state as the configuration in force
+// describes it. It is cheap to build; building it per call means a
+// changed topology (PUT /1.0/config) applies to the next plug.
+func (a *Agent) network() *netns.Network {
+	cfg := a.Config()
+	return netns.NewNetwork(netns.Config{
+		Namespace:        cfg.Namespace,
+		NetworkDir:       cfg.NetworkDir,
+		PluggedFile:      cfg.PluggedInterfacesFile,
+		NftablesFile:     cfg.NftablesRulesFile,
+		PCIRescanFile:    cfg.PCIRescanFile,
+		MasqueradeScript: cfg.LVSMasqueradeScript,
+		ActiveStandby:    func() bool { return a.Config().ActiveStandby() },
+	}, nil, a.log.Named("netns"))
+}
+
+// PrepareNetwork runs at start-up, before any load balancer is started: it
+// writes lo.json, ensures the namespace (created if missing, lo up,
+// sysctls), moves every plugged port that is back in the default namespace
+// (after a reboot) into it under its recorded name, and applies every
+// interface file. Failures are logged and returned; the caller keeps
+// serving, since the controller must still reach the API to repair the
+// amphora (or fail it over).
+func (a *Agent) PrepareNetwork(ctx context.Context) error {
+	err := a.network().Restore(ctx)
+	if err != nil {
+		a.log.Error("network namespace not fully restored", zap.String("namespace", a.Config().Namespace), zap.Error(err))
+		return err
+	}
+	a.log.Info("network namespace ready", zap.String("namespace", a.Config().Namespace))
+	return nil
+}
+
+// PlugVIP is POST /1.0/plug/vip/{vip}: it returns the 202 details text.
+// A missing NIC is an error matching netns.ErrNoInterface.
+func (a *Agent) PlugVIP(ctx context.Context, vip string, body []byte) (string, error) {
+	return a.network().PlugVIP(ctx, vip, body)
+}
+
+// PlugNetwork is POST /1.0/plug/network: it returns the 202 details text.
+func (a *Agent) PlugNetwork(ctx context.Context, body []byte) (string, error) {
+	return a.network().PlugNetwork(ctx, body)
+}
+
+// InterfaceFor is GET /1.0/interface/{ip}: the interface inside the
+// namespace holding ip.
+func (a *Agent) InterfaceFor(ctx context.Context, ip string) (string, error) {
+	return a.network().InterfaceFor(ip)
+}
+
+// SetInterfaceRules is PUT /1.0/interface/{ip}/rules.
+func (a *Agent) SetInterfaceRules(ctx context.Context, ip string, body []byte) error {
+	return a.network().SetRules(ctx, ip, body)
+}

@@ -1,0 +1,135 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/netns"
+)
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// netAgent is an agent whose network state lives under a temporary
+// folder and in namespace ns.
+func netAgent(t *testing.T, ns, topology string) (*Agent, string) {
+	t.Helper()
+	dir := t.TempDir()
+	conf := `
+[amphora_agent]
+agent_server_network_dir = ` + filepath.Join(dir, "interfaces") + `
+network_namespace = ` + ns + `
+plugged_interfaces_file = ` + filepath.Join(dir, "plugged_interfaces") + `
+nftables_rules_file = ` + filepath.Join(dir, "nftables-vip.rules") + `
+pci_rescan_file = ` + filepath.Join(dir, "pci-rescan") + `
+lvs_masquerade_script = /bin/true
+[controller_worker]
+loadbalancer_topology = ` + topology + `
+`
+	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Options{Config: cfg, Log: zaptest.NewLogger(t), Runner: fakeRunner{}}), dir
+}
+
+// TestNetworkRefusals: requests refused before anything is touched, and
+// lookups in a namespace that does not exist.
+func TestNetworkRefusals(t *testing.T) {
+	a, _ := netAgent(t, "aa-absent-"+randHex(3), "SINGLE")
+	ctx := context.Background()
+	check := func(what string, err error, kind fault.Kind, msg string) {
+		t.Helper()
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind != kind || fe.Message != msg {
+			t.Errorf("%s: got %v, want kind %d %q", what, err, kind, msg)
+		}
+	}
+	_, err := a.PlugVIP(ctx, "203.0.113.10", []byte(`{"gateway": null}`))
+	check("plug vip without keys", err, fault.KindInvalid, "Invalid subnet information")
+	_, err = a.PlugVIP(ctx, "nope", []byte(`{"subnet_cidr": "203.0.113.0/24", "gateway": null, "mac_address": "fa:16:3e:00:00:01"}`))
+	check("plug vip bad address", err, fault.KindInvalid, "Invalid VIP: 'nope' does not appear to be an IPv4 or IPv6 address")
+	_, err = a.PlugNetwork(ctx, []byte(`[]`))
+	check("plug network array", err, fault.KindInvalid, "Invalid port information")
+	_, err = a.InterfaceFor(ctx, "1.2.3")
+	check("interface bad ip", err, fault.KindInvalid, "Invalid IP address")
+	_, err = a.InterfaceFor(ctx, "203.0.113.10")
+	check("interface without namespace", err, fault.KindNotFound, "Error interface not found for IP address")
+	err = a.SetInterfaceRules(ctx, "203.0.113.10", []byte(`[]`))
+	check("rules without namespace", err, fault.KindNotFound, "Error interface not found for IP address")
+}
+
+// TestPrepareNetworkAndPlugVIP runs the agent's operations on the real
+// kernel: start-up preparation creates the namespace and lo.json, a veth
+// end with the port's MAC is plugged as the VIP, and the lookup finds it.
+func TestPrepareNetworkAndPlugVIP(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a network namespace and a veth pair")
+	}
+	ns := "aa-agent-" + randHex(3)
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	a, dir := netAgent(t, ns, "SINGLE")
+	ctx := context.Background()
+	if err := a.PrepareNetwork(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !netns.Exists(ns) {
+		t.Fatalf("namespace %s not created", ns)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "interfaces", "lo.json")); err != nil {
+		t.Errorf("lo.json: %v", err)
+	}
+
+	host, peer := "aah"+randHex(3), "aap"+randHex(3)
+	const mac = "fa:16:3e:a9:00:01"
+	if out, err := exec.Command("ip", "link", "add", host, "address", mac, "type", "veth", "peer", "name", peer).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "delete", peer).Run()
+		exec.Command("ip", "link", "delete", host).Run()
+	})
+	body := `{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": "` + mac + `", "vrrp_ip": "203.0.113.4", "mtu": 1400}`
+	details, err := a.PlugVIP(ctx, "203.0.113.10", []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "VIPs plugged on interface eth1: 203.0.113.10"; details != want {
+		t.Errorf("details %q, want %q", details, want)
+	}
+	for _, ip := range []string{"203.0.113.10", "203.0.113.4"} {
+		if name, err := a.InterfaceFor(ctx, ip); err != nil || name != "eth1" {
+			t.Errorf("InterfaceFor(%s) = %q, %v; want eth1", ip, name, err)
+		}
+	}
+	_, err = a.PlugVIP(ctx, "203.0.113.10", []byte(body))
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindConflict {
+		t.Errorf("second plug: %v, want 409", err)
+	}
+	plugged, _ := os.ReadFile(filepath.Join(dir, "plugged_interfaces"))
+	if string(plugged) != mac+" eth1\n" {
+		t.Errorf("plugged_interfaces = %q", plugged)
+	}
+	out, _ := exec.Command("ip", "-n", ns, "-o", "link", "show", "eth1").CombinedOutput()
+	if !strings.Contains(string(out), "mtu 1400") || !strings.Contains(string(out), mac) {
+		t.Errorf("eth1 in %s: %s", ns, out)
+	}
+	_, err = a.PlugVIP(ctx, "203.0.113.10", []byte(strings.Replace(body, mac, "fa:16:3e:a9:00:99", 1)))
+	if !errors.Is(err, netns.ErrNoInterface) {
+		t.Errorf("plug of an absent MAC: %v", err)
+	}
+}

@@ -1,0 +1,101 @@
+package stats_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// The client against a real HAProxy 2.x (no root needed): the stats socket
+// as the controller renders it (`level user`) and the master CLI.
+func TestRealHAProxy(t *testing.T) {
+	dir := haproxytest.ShortDir(t)
+	sock := filepath.Join(dir, "lb.sock")
+	fe, member := freePort(t), freePort(t)
+	cfg := fmt.Sprintf(`global
+    maxconn 100
+    stats socket %s mode 0666 level user
+
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+
+frontend listener-1
+    bind 127.0.0.1:%d
+    default_backend pool-1:listener-1
+
+backend pool-1:listener-1
+    server member-1 127.0.0.1:%d weight 0
+    server member-2 127.0.0.1:%d disabled
+`, sock, fe, member, member)
+	// A drained (weight 0) and a disabled member leave the backend without
+	// usable weight: HAProxy reports it DOWN.
+	hp := haproxytest.Start(t, haproxytest.Options{Config: cfg, Dir: dir, StatsSocket: sock})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	rows, err := stats.ShowStat(ctx, sock, stats.All, stats.All, stats.All)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.PxName()+"/"+r.SvName()+"="+r.Status()+" w"+r.Get(stats.ColWeight))
+	}
+	want := "listener-1/FRONTEND=OPEN w pool-1:listener-1/member-1=no check w0 pool-1:listener-1/member-2=MAINT w1 pool-1:listener-1/BACKEND=DOWN w0"
+	if strings.Join(got, " ") != want {
+		t.Errorf("show stat:\n%s\nwant\n%s", strings.Join(got, " "), want)
+	}
+	for _, col := range []string{stats.ColScur, stats.ColStot, stats.ColBin, stats.ColBout, stats.ColEreq} {
+		if _, err := rows[0].Uint(col); err != nil {
+			t.Errorf("FRONTEND %s: %v", col, err)
+		}
+	}
+
+	back, err := stats.ShowStat(ctx, sock, stats.All, stats.TypeBackends|stats.TypeServers, stats.All)
+	if err != nil || len(back) != 3 {
+		t.Fatalf("show stat -1 6 -1: %d rows, %v", len(back), err)
+	}
+
+	info, err := stats.ShowInfo(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := info.UptimeSec(); err != nil || info["Name"] != "HAProxy" {
+		t.Errorf("show info: %v %v", info, err)
+	}
+
+	state, err := stats.ShowServersState(ctx, sock)
+	if err != nil || !strings.Contains(string(state), "pool-1:listener-1 1 member-1") {
+		t.Errorf("show servers state = %q, %v", state, err)
+	}
+
+	// The master CLI speaks the same protocol.
+	out, err := stats.Command(ctx, hp.Master, "show proc")
+	if err != nil || !strings.Contains(string(out), "master") {
+		t.Errorf("master show proc = %q, %v", out, err)
+	}
+	out, err = stats.Command(ctx, hp.Master, "@1 show info")
+	if err != nil || !strings.Contains(string(out), "Uptime_sec:") {
+		t.Errorf("master @1 show info = %q, %v", out, err)
+	}
+}

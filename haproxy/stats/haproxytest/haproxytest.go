@@ -1,0 +1,244 @@
+// Package haproxytest runs a real HAProxy in master-worker mode for tests:
+// started in the foreground in its own process group, reloaded with SIGUSR2
+// like the agent's supervisor does, watched through its master CLI, and
+// killed in t.Cleanup. It needs no root unless the caller runs it inside a
+// network namespace (Options.Prefix).
+package haproxytest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+)
+
+// Binary returns the haproxy executable, skipping the test when there is
+// none.
+func Binary(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"/usr/sbin/haproxy", "/usr/local/sbin/haproxy"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Skip("haproxy is not installed (make deps installs it)")
+	}
+	return p
+}
+
+// ShortDir is a temporary folder with a short path: UNIX socket paths are
+// limited to 107 bytes and t.TempDir() paths carry the test name.
+func ShortDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hpx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// Options describe one HAProxy.
+type Options struct {
+	Config     string // haproxy.cfg content
+	ConfigPath string // where to write it; default <Dir>/haproxy.cfg
+	PidFile    string // -p; default <Dir>/haproxy.pid
+	Dir        string // default ShortDir(t)
+	// StatsSocket, when set, must answer `show info` before Start returns.
+	StatsSocket string
+	// Prefix runs HAProxy under another command that execs it, such as
+	// `ip netns exec <ns>`.
+	Prefix []string
+}
+
+// Process is a running HAProxy master.
+type Process struct {
+	t          testing.TB
+	cmd        *exec.Cmd
+	done       chan struct{}
+	out        *buffer
+	Master     string // master CLI socket (-S)
+	PidFile    string
+	ConfigPath string
+}
+
+// Start runs HAProxy with `-W -db` (master-worker, foreground) and waits
+// until its first worker runs (and StatsSocket answers, when set).
+func Start(t testing.TB, o Options) *Process {
+	t.Helper()
+	bin := Binary(t)
+	if o.Dir == "" {
+		o.Dir = ShortDir(t)
+	}
+	if o.ConfigPath == "" {
+		o.ConfigPath = filepath.Join(o.Dir, "haproxy.cfg")
+	}
+	if o.PidFile == "" {
+		o.PidFile = filepath.Join(o.Dir, "haproxy.pid")
+	}
+	if err := os.WriteFile(o.ConfigPath, []byte(o.Config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &Process{t: t, done: make(chan struct{}), out: &buffer{},
+		Master: filepath.Join(o.Dir, "master.sock"), PidFile: o.PidFile, ConfigPath: o.ConfigPath}
+	args := append(append([]string{}, o.Prefix...), bin, "-W", "-db",
+		"-S", p.Master+",mode,600", "-f", o.ConfigPath, "-p", o.PidFile)
+	p.cmd = exec.Command(args[0], args[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(p.Stop)
+	p.waitFor(15*time.Second, "the first worker", func() bool {
+		proc, err := p.ShowProc()
+		return err == nil && proc.Workers > 0
+	})
+	if o.StatsSocket != "" {
+		p.waitFor(15*time.Second, "the stats socket", func() bool {
+			_, err := stats.ShowInfo(context.Background(), o.StatsSocket)
+			return err == nil
+		})
+	}
+	return p
+}
+
+func (p *Process) waitFor(timeout time.Duration, what string, cond func() bool) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		select {
+		case <-p.done:
+			p.t.Fatalf("haproxy exited while waiting for %s: %v\n%s", what, p.cmd.ProcessState, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("haproxy: timed out after %v waiting for %s\n%s", timeout, what, p.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Pid is the master's pid.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Output is what HAProxy printed so far.
+func (p *Process) Output() string { return p.out.String() }
+
+// Proc is the part of the master's `show proc` the tests need.
+type Proc struct {
+	Reloads int // reloads of the master
+	Workers int // current workers (not old ones still finishing)
+}
+
+// ShowProc asks the master CLI for its process list.
+func (p *Process) ShowProc() (Proc, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	out, err := stats.Command(ctx, p.Master, "show proc")
+	if err != nil {
+		return Proc{}, err
+	}
+	var pr Proc
+	section, sawMaster := "", false
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if strings.HasPrefix(line, "#") {
+			section = strings.TrimSpace(strings.TrimPrefix(line, "#"))
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		switch {
+		case f[1] == "master":
+			n, err := strconv.Atoi(f[2])
+			if err != nil {
+				return Proc{}, fmt.Errorf("show proc: %q", line)
+			}
+			pr.Reloads, sawMaster = n, true
+		case f[1] == "worker" && section == "workers":
+			pr.Workers++
+		}
+	}
+	if !sawMaster {
+		return Proc{}, fmt.Errorf("show proc: no master line in %q", out)
+	}
+	return pr, nil
+}
+
+// Reload sends SIGUSR2 to the master and waits until the master has
+// re-executed (its reload count passed `want`) and runs a new worker.
+// It returns the new reload count.
+func (p *Process) Reload() int {
+	p.t.Helper()
+	before, err := p.ShowProc()
+	if err != nil {
+		p.t.Fatalf("show proc before reload: %v", err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		p.t.Fatal(err)
+	}
+	var now Proc
+	p.waitFor(15*time.Second, "the reload", func() bool {
+		now, err = p.ShowProc()
+		return err == nil && now.Reloads > before.Reloads && now.Workers > 0
+	})
+	return now.Reloads
+}
+
+// Stop ends HAProxy and its workers: SIGTERM to the process group, SIGKILL
+// after 5 s.
+func (p *Process) Stop() {
+	if p.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	pgid := p.cmd.Process.Pid
+	syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		<-p.done
+	}
+	// Workers left behind by a killed master.
+	syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// Exited is closed when the master has exited.
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
+type buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

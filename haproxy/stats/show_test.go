@@ -1,0 +1,147 @@
+package stats
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func readFile(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// summary renders the columns the heartbeat reads, one row per line.
+func summary(rows []Row) string {
+	var b strings.Builder
+	for _, r := range rows {
+		b.WriteString(strings.Join([]string{r.PxName(), r.SvName(), r.Status(), r.Get(ColWeight),
+			r.Get(ColScur), r.Get(ColStot), r.Get(ColBin), r.Get(ColBout), r.Get(ColEreq)}, "|"))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// The spec's sample answer (health-and-config §4.7), HAProxy 2.4 columns.
+func TestParseStatSpecSample(t *testing.T) {
+	rows, err := ParseStat(readFile(t, "show-stat-all.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6|FRONTEND|OPEN||3|1520|482113|9911321|4
+3b4c5d6e-7f80-4912-a3b4-c5d6e7f8091a:1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6|e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8|UP|1|0|1012|320011|6601200|
+3b4c5d6e-7f80-4912-a3b4-c5d6e7f8091a:1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6|f2b3c4d5-e6f7-4081-9203-b4c5d6e7f809|DOWN|1|0|0|0|0|
+3b4c5d6e-7f80-4912-a3b4-c5d6e7f8091a:1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6|0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d|UP|0|0|504|162102|3310121|
+3b4c5d6e-7f80-4912-a3b4-c5d6e7f8091a:1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6|1b2c3d4e-5f6a-4b7c-9d8e-0f1a2b3c4d5e|MAINT|1|0|0|0|0|
+3b4c5d6e-7f80-4912-a3b4-c5d6e7f8091a:1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6|BACKEND|UP|1|0|1516|482113|9911321|
+7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d|FRONTEND|OPEN||1|87|10420|88231|0
+c0ffee00-1234-4abc-8def-0123456789ab:7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d|2c3d4e5f-6a7b-4c8d-8e9f-1a2b3c4d5e6f|no check|1|0|50|6100|51000|
+c0ffee00-1234-4abc-8def-0123456789ab:7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d|3d4e5f6a-7b8c-4d9e-9f0a-2b3c4d5e6f7a|no check|1|0|37|4320|37231|
+c0ffee00-1234-4abc-8def-0123456789ab:7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d|BACKEND|UP|2|0|87|10420|88231|
+`
+	if got := summary(rows); got != want {
+		t.Fatalf("rows:\n%s\nwant:\n%s", got, want)
+	}
+	// The last_chk column holds HAProxy's <3C>/<3E> escapes verbatim.
+	if got := rows[1].Get("last_chk"); got != "HTTP status check returned code <3C>200<3E>" {
+		t.Errorf("last_chk = %q", got)
+	}
+	if n, err := rows[0].Uint(ColBout); err != nil || n != 9911321 {
+		t.Errorf("Uint(bout) = %d, %v", n, err)
+	}
+	if _, err := rows[1].Uint(ColEreq); err == nil {
+		t.Error("Uint of an empty field succeeded")
+	}
+	// `show stat -1 6 -1`: the same header, backends and servers only.
+	back, err := ParseStat(readFile(t, "show-stat-backends.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 8 {
+		t.Fatalf("%d backend/server rows, want 8", len(back))
+	}
+}
+
+// Columns by name: later releases append columns (agg_*, a "-" marker and
+// module counters), quoted fields may hold commas and quotes, lines end in
+// a trailing comma, some lines are shorter than the header.
+func TestParseStatTolerance(t *testing.T) {
+	data := "# svname,status,weight,pxname,scur,stot,bin,bout,ereq,uweight,agg_server_status,-,h1_open_connections,\n" +
+		"FRONTEND,OPEN,,\"fe,1\",2,10,100,200,1,,,-,3,\n" +
+		"\n" +
+		"\"s\"\"1\",UP,0,\"p:fe,1\",0,5,50,60,,1,1,-,0,\n" +
+		"BACKEND,DOWN,0,\"p:fe,1\"\n" +
+		"\n"
+	rows, err := ParseStat([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "fe,1|FRONTEND|OPEN||2|10|100|200|1\n" +
+		"p:fe,1|s\"1|UP|0|0|5|50|60|\n" +
+		"p:fe,1|BACKEND|DOWN|0|||||\n"
+	if got := summary(rows); got != want {
+		t.Fatalf("rows:\n%s\nwant:\n%s", got, want)
+	}
+	if !rows[0].Has("h1_open_connections") || rows[0].Get("h1_open_connections") != "3" {
+		t.Errorf("module counter column: %q", rows[0].Get("h1_open_connections"))
+	}
+	if rows[0].Has("") || rows[0].Get("") != "" {
+		t.Error("the trailing empty column has a name")
+	}
+	if rows[0].Get("no_such_column") != "" {
+		t.Error("unknown column has a value")
+	}
+	// A header alone is a valid answer: HAProxy with nothing to report.
+	rows, err = ParseStat([]byte("# pxname,svname,status,\n\n"))
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("header only: %v, %v", rows, err)
+	}
+}
+
+func TestParseStatRejects(t *testing.T) {
+	for name, data := range map[string]string{
+		"empty":             "",
+		"blank":             "\n\n",
+		"unknown command":   "Unknown command, but maybe one of the following ones is a better match:\n  help\n\n",
+		"permission denied": "Permission denied\n\n",
+		"no pxname column":  "# svname,status,\nFRONTEND,OPEN,\n",
+		"bad quoting":       "# pxname,svname,status,\n\"a,FRONTEND,OPEN,\n",
+	} {
+		if rows, err := ParseStat([]byte(data)); err == nil {
+			t.Errorf("%s: parsed as %d rows", name, len(rows))
+		}
+	}
+}
+
+// The spec's sample `show info` (§4.5): Uptime_sec, lines without a colon
+// skipped, values split at the first colon and trimmed.
+func TestParseInfo(t *testing.T) {
+	info := ParseInfo(append(readFile(t, "show-info.txt"), "a line without colon\n: no key\n"...))
+	up, err := info.UptimeSec()
+	if err != nil || up != 727 {
+		t.Fatalf("UptimeSec = %d, %v", up, err)
+	}
+	want := map[string]string{
+		"Name": "HAProxy", "Uptime": "0d 0h12m07s", "description": "",
+		"node": "amphora-9d2b6e1c-4f3a-4c8e-8b7d-2a1e5f6c7d80", "Release_date": "2023/12/07",
+	}
+	for k, v := range want {
+		if got, ok := info[k]; !ok || got != v {
+			t.Errorf("info[%q] = %q, %v; want %q", k, got, ok, v)
+		}
+	}
+	if len(info) != 15 {
+		t.Errorf("%d keys, want 15: %v", len(info), reflect.ValueOf(info).MapKeys())
+	}
+	if _, err := (Info{"Uptime_sec": "x"}).UptimeSec(); err == nil {
+		t.Error("bad Uptime_sec accepted")
+	}
+	if _, err := (Info{}).UptimeSec(); err == nil {
+		t.Error("missing Uptime_sec accepted")
+	}
+}

@@ -1,0 +1,274 @@
+package haproxy
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+)
+
+// Runner runs a command to completion and returns its combined output.
+// Tests substitute a fake; the real one is ExecRunner.
+type Runner interface {
+	CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// ExecRunner runs commands with os/exec.
+type ExecRunner struct{}
+
+func (ExecRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = childEnv()
+	return cmd.CombinedOutput()
+}
+
+// childEnv is the environment HAProxy runs with: a plain PATH, and nothing
+// inherited from the agent's service manager (NOTIFY_SOCKET in particular,
+// which would let HAProxy's -Ws mode talk to the agent's systemd unit).
+func childEnv() []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+}
+
+// Store keeps each load balancer's files under base_path: the config the
+// controller uploaded (validated before it replaces the live one), the
+// last config that ran, and the agent's own record of the LB.
+type Store struct {
+	Layout        Layout
+	HAProxyCmd    string
+	UserGroupFile string
+	Runner        Runner
+	Log           *zap.Logger
+	// FDLimit returns the open-files limit HAProxy will run under; nil
+	// means this process's hard RLIMIT_NOFILE.
+	FDLimit func() uint64
+}
+
+// State is what the agent remembers about a load balancer between
+// restarts and reboots.
+type State struct {
+	// AmphoraID is the amphora id of the last upload, whose peer name every
+	// config-loading HAProxy invocation carries.
+	AmphoraID string `json:"amphora_id"`
+	Peer      string `json:"peer"`
+	// Running is the desired state: true from the first start until stop
+	// or delete.
+	Running bool `json:"running"`
+}
+
+func (s *Store) statePath(lb string) string {
+	return filepath.Join(s.Layout.Dir(lb), "agent-state.json")
+}
+func (s *Store) newPath(lb string) string { return s.Layout.ConfigPath(lb) + ".new" }
+func (s *Store) failedPath(lb string) string {
+	return s.Layout.ConfigPath(lb) + ".new-failed"
+}
+
+// lastGoodPath holds the config that last started or reloaded cleanly:
+// what the agent puts back when a new config fails at run time.
+func (s *Store) lastGoodPath(lb string) string { return s.Layout.ConfigPath(lb) + ".last-good" }
+
+// ReadState returns the recorded state; a missing record is the zero State.
+func (s *Store) ReadState(lb string) (State, error) {
+	var st State
+	data, err := os.ReadFile(s.statePath(lb))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(data, &st)
+}
+
+// WriteState records st for lb.
+func (s *Store) WriteState(lb string, st State) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFile(s.statePath(lb), data, 0o600)
+}
+
+// Exists reports whether lb has a stored config.
+func (s *Store) Exists(lb string) bool {
+	_, err := os.Stat(s.Layout.ConfigPath(lb))
+	return err == nil
+}
+
+// groupLine matches what upstream strips from uploads: a `group` directive
+// with the whitespace before it. The group comes from the image's
+// user/group file instead, passed as a second -f.
+var groupLine = regexp.MustCompile(`\s+group\s.+`)
+
+// MD5 is the hex digest the API uses as ETag.
+func MD5(data []byte) string {
+	sum := md5.Sum(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// Upload validates cfg as lb's config and, if HAProxy accepts it, makes it
+// the stored config. Nothing is started or reloaded. An invalid config is
+// kept as haproxy.cfg.new-failed for inspection and leaves the stored
+// config and any running HAProxy untouched.
+func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) error {
+	if err := ValidateID("amphora id", amphoraID); err != nil {
+		return fault.Invalid("Invalid request", err.Error())
+	}
+	if err := ValidateID("load balancer id", lb); err != nil {
+		return fault.Invalid("Invalid request", err.Error())
+	}
+	cfg := groupLine.ReplaceAll(body, nil)
+	if err := s.checkFDs(cfg); err != nil {
+		return fault.Invalid("Invalid request", err.Error())
+	}
+	if err := os.MkdirAll(s.Layout.Dir(lb), 0o755); err != nil {
+		return fault.Internalf("creating %s: %w", s.Layout.Dir(lb), err)
+	}
+	if err := s.EnsureUserGroupFile(); err != nil {
+		return fault.Internalf("%w", err)
+	}
+	staged := s.newPath(lb)
+	if err := fsutil.WriteFile(staged, cfg, 0o600); err != nil {
+		return fault.Internalf("staging config: %w", err)
+	}
+	peer := PeerName(amphoraID)
+	if out, err := s.check(ctx, staged, peer); err != nil {
+		if rerr := os.Rename(staged, s.failedPath(lb)); rerr != nil {
+			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
+		}
+		return fault.Invalid("Invalid request", out)
+	}
+	st, err := s.ReadState(lb)
+	if err != nil {
+		s.Log.Warn("unreadable load balancer record; rewriting it", zap.String("lb", lb), zap.Error(err))
+	}
+	st.AmphoraID, st.Peer = amphoraID, peer
+	if err := s.WriteState(lb, st); err != nil {
+		return fault.Internalf("recording load balancer: %w", err)
+	}
+	if err := os.Rename(staged, s.Layout.ConfigPath(lb)); err != nil {
+		return fault.Internalf("promoting config: %w", err)
+	}
+	if err := fsutil.SyncDir(s.Layout.Dir(lb)); err != nil {
+		return fault.Internalf("%w", err)
+	}
+	return nil
+}
+
+// check runs HAProxy's own validation, exactly as every later start and
+// reload loads the config (same -f files, same -L peer).
+func (s *Store) check(ctx context.Context, path, peer string) (string, error) {
+	out, err := s.Runner.CombinedOutput(ctx, s.HAProxyCmd, "-c", "-L", peer, "-f", path, "-f", s.UserGroupFile)
+	if err != nil {
+		if len(out) == 0 {
+			out = []byte(err.Error())
+		}
+		return string(out), err
+	}
+	return string(out), nil
+}
+
+// Args are the arguments that load lb's config, shared by check, start
+// and reload.
+func (s *Store) configArgs(lb, peer string) []string {
+	return []string{"-f", s.Layout.ConfigPath(lb), "-f", s.UserGroupFile, "-L", peer}
+}
+
+// defaultUserGroup is used when the image lacks its user/group file. Debian
+// and Ubuntu images name the group nogroup; RHEL-family images haproxy.
+func defaultUserGroup() string {
+	group := "nogroup"
+	if data, err := os.ReadFile("/etc/group"); err == nil && !regexp.MustCompile(`(?m)^nogroup:`).Match(data) {
+		group = "haproxy"
+	}
+	return "global\n    group " + group + "\n"
+}
+
+// EnsureUserGroupFile writes a default user/group file when the image
+// does not provide one, so uploads do not all fail for want of it.
+func (s *Store) EnsureUserGroupFile() error {
+	if _, err := os.Stat(s.UserGroupFile); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(s.UserGroupFile), 0o755); err != nil {
+		return err
+	}
+	content := defaultUserGroup()
+	s.Log.Warn("HAProxy user/group file missing; writing a default", zap.String("file", s.UserGroupFile), zap.String("content", content))
+	return fsutil.WriteFile(s.UserGroupFile, []byte(content), 0o644)
+}
+
+// HAProxy needs about two descriptors per connection (client and server
+// side) plus a few dozen for listeners, logs and sockets.
+const fdsPerConn, fdSlack = 2, 40
+
+// checkFDs refuses a config whose global maxconn needs more open files
+// than HAProxy will be allowed, with the numbers and the setting to change,
+// instead of the bare alert HAProxy would print at start.
+func (s *Store) checkFDs(cfg []byte) error {
+	maxconn := Parse(cfg).GlobalMaxconn
+	if maxconn <= 0 {
+		return nil
+	}
+	need := uint64(maxconn)*fdsPerConn + fdSlack
+	limit := s.fdLimit()
+	if need <= limit {
+		return nil
+	}
+	return fmt.Errorf("the configuration needs about %d open files for its global maxconn of %d, but this amphora allows at most %d (RLIMIT_NOFILE): lower the listeners' connection_limit or raise LimitNOFILE of the amphora-agent service", need, maxconn, limit)
+}
+
+func (s *Store) fdLimit() uint64 {
+	if s.FDLimit != nil {
+		return s.FDLimit()
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return ^uint64(0)
+	}
+	return rl.Max
+}
+
+// Config returns lb's stored config.
+func (s *Store) Config(lb string) ([]byte, error) {
+	if err := ValidateID("load balancer id", lb); err != nil {
+		return nil, notFound(lb)
+	}
+	data, err := os.ReadFile(s.Layout.ConfigPath(lb))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, notFound(lb)
+	}
+	return data, err
+}
+
+func notFound(lb string) error {
+	return fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+lb)
+}
+
+// Remove deletes every file of lb under base_path, including its stats
+// socket. The caller stops HAProxy first.
+func (s *Store) Remove(lb string) error {
+	if err := ValidateID("load balancer id", lb); err != nil {
+		return nil
+	}
+	if sum, err := s.Layout.Summary(lb); err == nil && sum.StatsSocket != "" {
+		os.Remove(sum.StatsSocket)
+	}
+	os.Remove(s.Layout.SocketPath(lb))
+	if err := os.RemoveAll(s.Layout.Dir(lb)); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(s.Layout.Base)
+}

@@ -1,0 +1,653 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+	"github.com/amphora-agent/amphora-agent/netns"
+)
+
+// Timeouts of one lifecycle step. A reload and its rollback together stay
+// under 30 s, well inside the controller's 60 s read timeout.
+const (
+	startTimeout  = 12 * time.Second
+	reloadTimeout = 12 * time.Second
+	stopTimeout   = 10 * time.Second
+	pollEvery     = 25 * time.Millisecond
+)
+
+// SupervisorOptions configure a Supervisor.
+type SupervisorOptions struct {
+	Store     *Store
+	Namespace string
+	Backoff   Backoff
+	Log       *zap.Logger
+	ProcDir   string
+}
+
+// Supervisor runs every load balancer's HAProxy in master-worker mode,
+// inside the data-plane namespace, in its own process group. It restarts
+// a master that dies unexpectedly, reloads hitlessly through the master,
+// puts the last good config back when a new one fails at run time, and
+// adopts masters left running by an earlier agent process. Closing it
+// leaves HAProxy serving.
+type Supervisor struct {
+	opts SupervisorOptions
+	log  *zap.Logger
+
+	mu  sync.Mutex
+	lbs map[string]*instance
+
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NewSupervisor returns a Supervisor; call Restore to pick up existing
+// load balancers.
+func NewSupervisor(o SupervisorOptions) *Supervisor {
+	if o.Backoff == (Backoff{}) {
+		o.Backoff = DefaultBackoff
+	}
+	if o.ProcDir == "" {
+		o.ProcDir = "/proc"
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	return &Supervisor{opts: o, log: o.Log, lbs: map[string]*instance{}, done: make(chan struct{})}
+}
+
+// Close stops supervising. HAProxy processes keep running; the next agent
+// adopts them.
+func (s *Supervisor) Close() {
+	s.closeOnce.Do(func() { close(s.done) })
+}
+
+func (s *Supervisor) instance(lb string) *instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.lbs[lb]
+	if !ok {
+		in = &instance{s: s, lb: lb}
+		s.lbs[lb] = in
+	}
+	return in
+}
+
+func (s *Supervisor) forget(lb string) {
+	s.mu.Lock()
+	delete(s.lbs, lb)
+	s.mu.Unlock()
+}
+
+func (s *Supervisor) store() *Store { return s.opts.Store }
+
+// masterSocket is the master CLI socket of lb (kept in the LB's folder).
+func (s *Supervisor) masterSocket(lb string) string {
+	return filepath.Join(s.store().Layout.Dir(lb), "master.sock")
+}
+
+// logPath collects the master's stderr: its alerts are what a failed
+// start or reload answers with. A file, not a pipe, so HAProxy outlives
+// the agent without dying of SIGPIPE.
+func (s *Supervisor) logPath(lb string) string {
+	return filepath.Join(s.store().Layout.Dir(lb), "haproxy.log")
+}
+
+// Running reports whether lb's master is supervised and alive.
+func (s *Supervisor) Running(lb string) bool {
+	s.mu.Lock()
+	in, ok := s.lbs[lb]
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	in.op.Lock()
+	defer in.op.Unlock()
+	return in.proc != nil && in.proc.alive()
+}
+
+// Start starts lb; starting a running LB changes nothing.
+func (s *Supervisor) Start(ctx context.Context, lb string) error {
+	if !s.store().Exists(lb) {
+		return notFound(lb)
+	}
+	in := s.instance(lb)
+	in.op.Lock()
+	defer in.op.Unlock()
+	if err := in.setDesired(true); err != nil {
+		return err
+	}
+	if in.proc != nil && in.proc.alive() {
+		return nil
+	}
+	return in.startOrRestore(ctx, "Error starting haproxy")
+}
+
+// Stop stops lb and remembers that it must stay stopped.
+func (s *Supervisor) Stop(ctx context.Context, lb string) error {
+	if !s.store().Exists(lb) {
+		return notFound(lb)
+	}
+	in := s.instance(lb)
+	in.op.Lock()
+	defer in.op.Unlock()
+	if err := in.setDesired(false); err != nil {
+		return err
+	}
+	return in.stopLocked()
+}
+
+// Reload makes lb run its stored config without dropping connections. A
+// stopped LB is started instead (started reports that). Reloads requested
+// while one is waiting to run are answered by that one.
+func (s *Supervisor) Reload(ctx context.Context, lb string) (started bool, err error) {
+	if !s.store().Exists(lb) {
+		return false, notFound(lb)
+	}
+	return s.instance(lb).reload(ctx)
+}
+
+// Delete stops lb and removes its files.
+func (s *Supervisor) Delete(ctx context.Context, lb string) error {
+	in := s.instance(lb)
+	in.op.Lock()
+	err := in.stopLocked()
+	in.deleted = true
+	in.op.Unlock()
+	if err != nil {
+		return fault.Internal("Error stopping haproxy", err.Error(), err)
+	}
+	s.forget(lb)
+	if err := s.store().Remove(lb); err != nil {
+		return fault.Internalf("removing load balancer %s: %w", lb, err)
+	}
+	return nil
+}
+
+// Restore brings every load balancer back to its desired state after an
+// agent restart or a reboot: a master still running from the previous
+// agent is adopted, one that should run but does not is started.
+func (s *Supervisor) Restore(ctx context.Context) error {
+	lbs, err := s.store().Layout.LoadBalancers()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, lb := range lbs {
+		in := s.instance(lb)
+		in.op.Lock()
+		err := in.restoreLocked(ctx)
+		in.op.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", lb, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// instance is the supervision of one load balancer.
+type instance struct {
+	s  *Supervisor
+	lb string
+
+	// op serializes start, stop, reload, respawn and delete of this LB.
+	op      sync.Mutex
+	proc    *process // the master, nil when not running
+	desired bool     // keep it running
+	deleted bool
+	respawn respawnTracker
+
+	reqMu   sync.Mutex
+	pending *reloadCall
+}
+
+type reloadCall struct {
+	done    chan struct{}
+	started bool
+	err     error
+}
+
+func (in *instance) log() *zap.Logger { return in.s.log.With(zap.String("lb", in.lb)) }
+
+func (in *instance) setDesired(running bool) error {
+	in.desired = running
+	st, err := in.s.store().ReadState(in.lb)
+	if err != nil {
+		in.log().Warn("unreadable load balancer record; rewriting it", zap.Error(err))
+	}
+	if st.Running == running && err == nil {
+		return nil
+	}
+	st.Running = running
+	if err := in.s.store().WriteState(in.lb, st); err != nil {
+		return fault.Internalf("recording desired state: %w", err)
+	}
+	return nil
+}
+
+func (in *instance) reload(ctx context.Context) (bool, error) {
+	in.reqMu.Lock()
+	call, leader := in.pending, false
+	if call == nil {
+		call, leader = &reloadCall{done: make(chan struct{})}, true
+		in.pending = call
+	}
+	in.reqMu.Unlock()
+	if !leader {
+		select {
+		case <-call.done:
+			return call.started, call.err
+		case <-ctx.Done():
+			return false, fault.Internal("Error reloading haproxy", "gave up waiting for a reload in progress", ctx.Err())
+		}
+	}
+	in.op.Lock()
+	// From here on, new requests need a reload of their own: the config
+	// they expect may be newer than what this one loads.
+	in.reqMu.Lock()
+	in.pending = nil
+	in.reqMu.Unlock()
+	call.started, call.err = in.reloadLocked(ctx)
+	in.op.Unlock()
+	close(call.done)
+	return call.started, call.err
+}
+
+func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
+	if err := in.setDesired(true); err != nil {
+		return false, err
+	}
+	if in.proc == nil || !in.proc.alive() {
+		return true, in.startOrRestore(ctx, "Error starting haproxy")
+	}
+	in.saveServersState(ctx)
+	offset := in.logSize()
+	err := in.signalReload(ctx)
+	if err == nil {
+		in.saveLastGood()
+		return false, nil
+	}
+	output := in.logSince(offset, err)
+	in.log().Error("reload failed; putting the last good config back", zap.String("output", output))
+	if rerr := in.rollback(ctx); rerr != nil {
+		in.log().Error("rollback failed", zap.Error(rerr))
+		output += "\nrollback to the last good configuration failed: " + rerr.Error()
+	}
+	return false, fault.Internal("Error reloading haproxy", output, err)
+}
+
+// signalReload asks the master to load the stored config (SIGUSR2, as
+// systemd's ExecReload does upstream) and waits until the master lists a
+// new worker generation, or reports that loading failed.
+func (in *instance) signalReload(ctx context.Context) error {
+	sock := in.s.masterSocket(in.lb)
+	before, err := showProc(ctx, sock)
+	if err != nil {
+		return fmt.Errorf("master CLI before reload: %w", err)
+	}
+	old := map[int]bool{}
+	for _, w := range before.Workers {
+		old[w] = true
+	}
+	if err := syscall.Kill(in.proc.pid, syscall.SIGUSR2); err != nil {
+		return fmt.Errorf("signalling the master: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+	defer cancel()
+	for {
+		if !in.proc.alive() {
+			return fmt.Errorf("HAProxy master %s during reload", in.proc.status)
+		}
+		if now, err := showProc(ctx, sock); err == nil && now.MasterPID == in.proc.pid {
+			if now.FailedReloads > before.FailedReloads {
+				return errors.New("HAProxy could not load the new configuration")
+			}
+			for _, w := range now.Workers {
+				if !old[w] {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no new HAProxy worker within %v", reloadTimeout)
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// rollback puts the last good config back as the stored config and makes
+// HAProxy run it, so a bad push never leaves the LB down. The rejected
+// config is kept as haproxy.cfg.new-failed.
+func (in *instance) rollback(ctx context.Context) error {
+	st := in.s.store()
+	good, err := os.ReadFile(st.lastGoodPath(in.lb))
+	if err != nil {
+		return fmt.Errorf("no last good configuration: %w", err)
+	}
+	if cur, err := os.ReadFile(st.Layout.ConfigPath(in.lb)); err == nil {
+		if string(cur) != string(good) {
+			if err := fsutil.WriteFile(st.failedPath(in.lb), cur, 0o600); err != nil {
+				in.log().Warn("keeping the failed config", zap.Error(err))
+			}
+		}
+	}
+	if err := fsutil.WriteFile(st.Layout.ConfigPath(in.lb), good, 0o600); err != nil {
+		return err
+	}
+	if in.proc != nil && in.proc.alive() {
+		if err := in.signalReload(ctx); err == nil {
+			return nil
+		}
+		in.killLocked()
+	}
+	return in.startLocked(ctx)
+}
+
+// startOrRestore starts the stored config; if it fails and a different
+// last good config exists, that one is put back and started, and the
+// failure is still reported.
+func (in *instance) startOrRestore(ctx context.Context, message string) error {
+	offset := int64(0)
+	err := in.startLocked(ctx)
+	if err == nil {
+		in.saveLastGood()
+		return nil
+	}
+	output := in.logSince(offset, err)
+	st := in.s.store()
+	good, gerr := os.ReadFile(st.lastGoodPath(in.lb))
+	cur, cerr := os.ReadFile(st.Layout.ConfigPath(in.lb))
+	if gerr == nil && cerr == nil && string(good) != string(cur) {
+		in.log().Error("start failed; putting the last good config back", zap.String("output", output))
+		if rerr := in.rollback(ctx); rerr != nil {
+			output += "\nrollback to the last good configuration failed: " + rerr.Error()
+		}
+	}
+	return fault.Internal(message, output, err)
+}
+
+// startLocked starts a new master for the stored config and waits until
+// it has a worker.
+func (in *instance) startLocked(ctx context.Context) error {
+	s, st := in.s, in.s.store()
+	state, err := st.ReadState(in.lb)
+	if err != nil || state.Peer == "" {
+		return fmt.Errorf("no peer name recorded for %s: upload its configuration again", in.lb)
+	}
+	if err := st.EnsureUserGroupFile(); err != nil {
+		return err
+	}
+	sock, pidPath := s.masterSocket(in.lb), st.Layout.PidPath(in.lb)
+	os.Remove(sock)
+	os.Remove(pidPath)
+	logFile, err := os.OpenFile(s.logPath(in.lb), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"-Ws", "-S", sock + ",mode,600", "-p", pidPath}, st.configArgs(in.lb, state.Peer)...)
+	cmd := exec.Command(st.HAProxyCmd, args...)
+	cmd.Env = childEnv()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = st.Layout.Dir(in.lb)
+	// Its own process group: signals meant for the agent (a terminal's
+	// Ctrl-C, a service manager stopping the agent) do not reach HAProxy.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = netns.StartIn(s.opts.Namespace, cmd)
+	logFile.Close()
+	if err != nil {
+		return err
+	}
+	proc := watchChild(cmd)
+	if err := in.waitReady(ctx, proc, pidPath); err != nil {
+		syscall.Kill(-proc.pid, syscall.SIGKILL)
+		<-proc.exited
+		return err
+	}
+	in.proc = proc
+	in.log().Info("HAProxy started", zap.Int("pid", proc.pid))
+	go in.monitor(proc)
+	return nil
+}
+
+func (in *instance) waitReady(ctx context.Context, proc *process, pidPath string) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	sock := in.s.masterSocket(in.lb)
+	for {
+		select {
+		case <-proc.exited:
+			return fmt.Errorf("HAProxy %s", proc.status)
+		default:
+		}
+		if t, err := showProc(ctx, sock); err == nil && len(t.Workers) > 0 {
+			if pid, err := pidfile.Read(pidPath); err == nil && pid == proc.pid {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("HAProxy not ready within %v", startTimeout)
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// stopLocked stops the master (and so its workers) and waits for it.
+func (in *instance) stopLocked() error {
+	st := in.s.store()
+	proc := in.proc
+	if proc == nil {
+		// A master nobody adopted (e.g. from before a failed restore).
+		pid, err := pidfile.Read(st.Layout.PidPath(in.lb))
+		if err != nil || !in.isOurMaster(pid) {
+			return nil
+		}
+		proc = watchAdopted(pid, in.s.done)
+	}
+	in.proc = nil
+	syscall.Kill(proc.pid, syscall.SIGTERM)
+	select {
+	case <-proc.exited:
+	case <-time.After(stopTimeout):
+		syscall.Kill(-proc.pid, syscall.SIGKILL)
+		select {
+		case <-proc.exited:
+		case <-time.After(stopTimeout):
+			return fmt.Errorf("HAProxy master %d did not exit", proc.pid)
+		}
+	}
+	os.Remove(st.Layout.PidPath(in.lb))
+	os.Remove(in.s.masterSocket(in.lb))
+	in.log().Info("HAProxy stopped", zap.Int("pid", proc.pid))
+	return nil
+}
+
+func (in *instance) killLocked() {
+	if in.proc == nil {
+		return
+	}
+	syscall.Kill(-in.proc.pid, syscall.SIGKILL)
+	select {
+	case <-in.proc.exited:
+	case <-time.After(stopTimeout):
+	}
+	in.proc = nil
+}
+
+// restoreLocked adopts a running master or starts one that should run.
+func (in *instance) restoreLocked(ctx context.Context) error {
+	st := in.s.store()
+	state, err := st.ReadState(in.lb)
+	if err != nil {
+		in.log().Warn("unreadable load balancer record", zap.Error(err))
+	}
+	in.desired = state.Running
+	if pid, err := pidfile.Read(st.Layout.PidPath(in.lb)); err == nil && in.isOurMaster(pid) {
+		if _, err := showProc(ctx, in.s.masterSocket(in.lb)); err == nil {
+			in.proc = watchAdopted(pid, in.s.done)
+			in.log().Info("adopted running HAProxy", zap.Int("pid", pid))
+			go in.monitor(in.proc)
+			if !in.desired {
+				// Running but recorded as stopped: the record predates
+				// this agent; keep it running rather than cut traffic.
+				return in.setDesired(true)
+			}
+			return nil
+		}
+	}
+	if !in.desired {
+		return nil
+	}
+	return in.startOrRestore(ctx, "Error starting haproxy")
+}
+
+// isOurMaster checks that pid is an HAProxy master running lb's config
+// with lb's master socket, so a recycled pid is never adopted or killed.
+func (in *instance) isOurMaster(pid int) bool {
+	args, err := cmdline(in.s.opts.ProcDir, pid)
+	if err != nil {
+		return false
+	}
+	sock := in.s.masterSocket(in.lb)
+	cfg := in.s.store().Layout.ConfigPath(in.lb)
+	return argAfter(args, "-S", func(v string) bool { return v == sock || strings.HasPrefix(v, sock+",") }) &&
+		argAfter(args, "-f", func(v string) bool { return v == cfg })
+}
+
+// monitor waits for the master to end and, unless that was asked for,
+// starts it again with backoff.
+func (in *instance) monitor(proc *process) {
+	select {
+	case <-proc.exited:
+	case <-in.s.done:
+		return
+	}
+	for attempt := 1; ; attempt++ {
+		in.op.Lock()
+		if in.proc != proc && in.proc != nil || !in.desired || in.deleted {
+			in.op.Unlock()
+			return
+		}
+		if in.proc == proc {
+			in.proc = nil
+		}
+		uptime := time.Since(proc.started)
+		delay := in.respawn.next(in.s.opts.Backoff, uptime)
+		streak := in.respawn.streak()
+		in.op.Unlock()
+
+		if streak <= 5 || streak%10 == 0 {
+			in.log().Warn("HAProxy master died; restarting it",
+				zap.String("status", proc.status), zap.Duration("uptime", uptime.Round(time.Millisecond)),
+				zap.Duration("after", delay), zap.Int("restarts_in_a_row", streak))
+		}
+		select {
+		case <-time.After(delay):
+		case <-in.s.done:
+			return
+		}
+		in.op.Lock()
+		if in.proc != nil || !in.desired || in.deleted {
+			in.op.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout+time.Second)
+		err := in.startLocked(ctx)
+		cancel()
+		started := in.proc
+		in.op.Unlock()
+		if err == nil {
+			in.log().Info("HAProxy restarted", zap.Int("pid", started.pid), zap.Int("restarts_in_a_row", streak))
+			return // the new process has its own monitor
+		}
+		if streak <= 5 || streak%10 == 0 {
+			in.log().Error("restarting HAProxy failed", zap.Error(err), zap.String("output", in.logSince(0, err)))
+		}
+		// Treat the failed start like a crash at once.
+		proc = &process{started: time.Now(), status: err.Error()}
+	}
+}
+
+func (in *instance) saveServersState(ctx context.Context) {
+	sock := in.s.store().Layout.SocketPath(in.lb)
+	if sum, err := in.s.store().Layout.Summary(in.lb); err == nil && sum.StatsSocket != "" {
+		sock = sum.StatsSocket
+	}
+	out, err := stats.ShowServersState(ctx, sock)
+	if err != nil {
+		in.log().Warn("saving servers state before reload", zap.Error(err))
+		return
+	}
+	if len(out) == 0 || out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	path := filepath.Join(in.s.store().Layout.Dir(in.lb), "servers-state")
+	if err := fsutil.WriteFile(path, out, 0o644); err != nil {
+		in.log().Warn("saving servers state before reload", zap.Error(err))
+	}
+}
+
+func (in *instance) saveLastGood() {
+	st := in.s.store()
+	cfg, err := os.ReadFile(st.Layout.ConfigPath(in.lb))
+	if err == nil {
+		err = fsutil.WriteFile(st.lastGoodPath(in.lb), cfg, 0o600)
+	}
+	if err != nil {
+		in.log().Warn("recording the last good config", zap.Error(err))
+	}
+}
+
+func (in *instance) logSize() int64 {
+	st, err := os.Stat(in.s.logPath(in.lb))
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// maxOutput bounds the HAProxy output returned to the controller.
+const maxOutput = 16 << 10
+
+// logSince returns what the master wrote after offset, with plain words
+// added for the failure operators hit most.
+func (in *instance) logSince(offset int64, cause error) string {
+	f, err := os.Open(in.s.logPath(in.lb))
+	var out string
+	if err == nil {
+		defer f.Close()
+		if st, serr := f.Stat(); serr == nil && st.Size()-offset > maxOutput {
+			offset = st.Size() - maxOutput
+		}
+		f.Seek(offset, io.SeekStart)
+		data, _ := io.ReadAll(io.LimitReader(f, maxOutput))
+		out = strings.TrimSpace(string(data))
+	}
+	if out == "" && cause != nil {
+		out = cause.Error()
+	}
+	if m := fdAlert.FindStringSubmatch(out); m != nil {
+		out += fmt.Sprintf("\nHAProxy needs %s open files for this configuration but is allowed %s (RLIMIT_NOFILE): lower the listeners' connection_limit or raise LimitNOFILE of the amphora-agent service.", m[1], m[2])
+	}
+	return out
+}
+
+var fdAlert = regexp.MustCompile(`Cannot raise FD limit to (\d+), limit is (\d+)`)

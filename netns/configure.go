@@ -1,0 +1,491 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// dhclientCmd is the DHCP client upstream's images run for "dhcp" entries.
+const dhclientCmd = "/sbin/dhclient"
+
+// Timing of `interface up`.
+const (
+	// dadTimeout bounds the wait for IPv6 duplicate address detection, as
+	// upstream (30 s); the caller's context may end it sooner.
+	dadTimeout = 30 * time.Second
+	dadPoll    = 100 * time.Millisecond
+	// A route whose address or link is not ready yet is refused with
+	// EINVAL; it is retried for about two seconds, as upstream does.
+	routeRetries  = 20
+	routeRetryGap = 100 * time.Millisecond
+)
+
+// configurator applies interface files inside the namespace: what
+// upstream's `amphora-interface up|down` does.
+type configurator struct {
+	ns     string
+	kernel Kernel
+	log    *zap.Logger
+	rules  *nftRules
+	// wait sleeps between polls; tests make it instant.
+	wait func(ctx context.Context, d time.Duration) error
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func linkByName(h Handle, name string) (Link, error) {
+	links, err := h.Links()
+	if err != nil {
+		return Link{}, err
+	}
+	for _, l := range links {
+		if l.Name == name {
+			return l, nil
+		}
+	}
+	return Link{}, fmt.Errorf("interface %s not found", name)
+}
+
+// up brings the interface of f up and makes its addresses, static routes
+// and (for the VIP interface) source rules exactly what f lists.
+func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
+	if f.IsSRIOV && c.rules != nil {
+		if err := c.rules.ensureBase(ctx); err != nil {
+			return err
+		}
+	}
+	h, err := c.kernel.Open(c.ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := linkByName(h, f.Name)
+	if err != nil {
+		return err
+	}
+	if !link.Up {
+		if f.MTU > 0 && link.MTU != f.MTU {
+			if err := h.SetMTU(link.Index, f.MTU); err != nil {
+				return fmt.Errorf("set MTU %d on %s: %w", f.MTU, f.Name, err)
+			}
+		}
+		if err := h.SetUp(link.Index); err != nil {
+			return fmt.Errorf("set %s up: %w", f.Name, err)
+		}
+		for _, a := range f.Addresses {
+			if a.DHCP {
+				if err := c.dhclient(ctx, f.Name, false); err != nil {
+					return err
+				}
+			}
+			if a.IPv6Auto {
+				if err := c.slaac(f.Name, true); err != nil {
+					return err
+				}
+			}
+		}
+	} else if f.MTU > 0 && link.MTU != f.MTU {
+		// Upstream only sets the MTU when the link was down, so an MTU
+		// change of a re-plugged port never applied; apply it.
+		if err := h.SetMTU(link.Index, f.MTU); err != nil {
+			return fmt.Errorf("set MTU %d on %s: %w", f.MTU, f.Name, err)
+		}
+	}
+	if err := c.addressesUp(ctx, h, link, f); err != nil {
+		return err
+	}
+	c.routesUp(ctx, h, link, f)
+	if f.IfType == IfTypeVIP {
+		if err := c.rulesUp(h, f); err != nil {
+			return err
+		}
+	}
+	for _, s := range f.Scripts.Up {
+		if err := c.script(ctx, f.Name, s.Command); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepAddress tells whether an address not listed in a file survives
+// reconciliation: link-local and loopback addresses are the kernel's
+// (upstream removes them too, which breaks IPv6 neighbour discovery on
+// the link and ::1 inside the namespace).
+func keepAddress(p netip.Prefix) bool {
+	return p.Addr().IsLinkLocalUnicast() || p.Addr().IsLoopback()
+}
+
+func fileAddr(a Address) (netip.Prefix, bool) {
+	if a.Address == "" || a.DHCP || a.IPv6Auto {
+		return netip.Prefix{}, false
+	}
+	ip, err := netip.ParseAddr(a.Address)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	bits := ip.BitLen()
+	if a.Prefixlen != nil {
+		bits = *a.Prefixlen
+	}
+	return netip.PrefixFrom(ip.Unmap(), bits), true
+}
+
+func (c *configurator) addressesUp(ctx context.Context, h Handle, link Link, f *InterfaceFile) error {
+	current, err := h.Addrs(link.Index)
+	if err != nil {
+		return fmt.Errorf("list addresses of %s: %w", f.Name, err)
+	}
+	stale := map[netip.Prefix]bool{}
+	for _, a := range current {
+		if a.Permanent && !keepAddress(a.Prefix) {
+			stale[a.Prefix] = true
+		}
+	}
+	for _, a := range f.Addresses {
+		p, ok := fileAddr(a)
+		if !ok {
+			if a.Address != "" {
+				c.log.Warn("skipping an invalid address of an interface file", zap.String("interface", f.Name), zap.String("address", a.Address))
+			}
+			continue
+		}
+		if stale[p] {
+			delete(stale, p)
+			continue
+		}
+		if !a.Owned() {
+			continue
+		}
+		c.log.Debug("adding address", zap.String("interface", f.Name), zap.Stringer("address", p))
+		if err := h.AddAddr(link.Index, p); err != nil && !isExist(err) {
+			return fmt.Errorf("add address %s to %s: %w", p, f.Name, err)
+		}
+	}
+	c.waitDAD(ctx, h, link, f.Name)
+	for p := range stale {
+		c.log.Debug("deleting address", zap.String("interface", f.Name), zap.Stringer("address", p))
+		if err := h.DelAddr(link.Index, p); err != nil {
+			c.log.Warn("cannot delete address", zap.String("interface", f.Name), zap.Stringer("address", p), zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// waitDAD waits until no IPv6 address of the link is tentative, so routes
+// with those addresses as source can be added and services can use them.
+func (c *configurator) waitDAD(ctx context.Context, h Handle, link Link, name string) {
+	ctx, cancel := context.WithTimeout(ctx, dadTimeout)
+	defer cancel()
+	for {
+		addrs, err := h.Addrs(link.Index)
+		if err != nil {
+			return
+		}
+		tentative := false
+		for _, a := range addrs {
+			tentative = tentative || (a.Tentative && a.Prefix.Addr().Is6())
+		}
+		if !tentative {
+			return
+		}
+		if c.wait(ctx, dadPoll) != nil {
+			c.log.Warn("IPv6 addresses still tentative", zap.String("interface", name))
+			return
+		}
+	}
+}
+
+type routeKey struct {
+	dst              netip.Prefix
+	gateway, prefsrc netip.Addr
+	table            int
+}
+
+func keyOf(r KRoute) routeKey {
+	t := r.Table
+	if t == 0 {
+		t = mainTable
+	}
+	return routeKey{r.Dst.Masked(), r.Gateway, r.Prefsrc, t}
+}
+
+// fileRoute converts an interface file route.
+func fileRoute(index int, r Route) (KRoute, error) {
+	dst, err := netip.ParsePrefix(r.Dst)
+	if err != nil {
+		a, aerr := netip.ParseAddr(r.Dst)
+		if aerr != nil {
+			return KRoute{}, fmt.Errorf("invalid destination %q", r.Dst)
+		}
+		dst = netip.PrefixFrom(a, a.BitLen())
+	}
+	kr := KRoute{LinkIndex: index, Dst: netip.PrefixFrom(dst.Addr().Unmap(), dst.Bits()).Masked(), Table: r.Table, Protocol: ProtoStatic}
+	if kr.Table == 0 {
+		kr.Table = mainTable
+	}
+	if r.Gateway != "" {
+		gw, err := netip.ParseAddr(r.Gateway)
+		if err != nil {
+			return KRoute{}, fmt.Errorf("invalid gateway %q", r.Gateway)
+		}
+		kr.Gateway = gw.Unmap()
+	}
+	if r.Prefsrc != "" {
+		src, err := netip.ParseAddr(r.Prefsrc)
+		if err != nil {
+			return KRoute{}, fmt.Errorf("invalid prefsrc %q", r.Prefsrc)
+		}
+		kr.Prefsrc = src.Unmap()
+	}
+	switch r.Scope {
+	case "", "universe", "global":
+		kr.Scope = ScopeUniverse
+	case "link":
+		kr.Scope = ScopeLink
+	case "host":
+		kr.Scope = unix.RT_SCOPE_HOST
+	default:
+		return KRoute{}, fmt.Errorf("unknown scope %q", r.Scope)
+	}
+	for _, fl := range r.Flags {
+		if fl == "onlink" {
+			kr.OnLink = true
+		}
+	}
+	if kr.Gateway.IsValid() && kr.Gateway.Is4() != kr.Dst.Addr().Is4() {
+		return KRoute{}, fmt.Errorf("gateway %s does not match destination %s", kr.Gateway, kr.Dst)
+	}
+	return kr, nil
+}
+
+// routesUp reconciles the static routes of the link. Failures are logged,
+// not returned: a host route the subnet's owner got wrong must not stop
+// the VIP from coming up (upstream behaves the same).
+func (c *configurator) routesUp(ctx context.Context, h Handle, link Link, f *InterfaceFile) {
+	current, err := h.Routes(link.Index)
+	if err != nil {
+		c.log.Warn("cannot list routes", zap.String("interface", f.Name), zap.Error(err))
+		return
+	}
+	stale := map[routeKey]KRoute{}
+	for _, r := range current {
+		if r.Protocol == ProtoStatic {
+			stale[keyOf(r)] = r
+		}
+	}
+	for _, fr := range f.Routes {
+		kr, err := fileRoute(link.Index, fr)
+		if err != nil {
+			c.log.Warn("skipping an invalid route of an interface file", zap.String("interface", f.Name), zap.Error(err))
+			continue
+		}
+		if _, ok := stale[keyOf(kr)]; ok {
+			delete(stale, keyOf(kr))
+			continue
+		}
+		c.log.Debug("adding route", zap.String("interface", f.Name), zap.Any("route", fr))
+		if err := c.retryEINVAL(ctx, func() error { return h.AddRoute(kr) }); err != nil && !isExist(err) {
+			c.log.Warn("cannot add route", zap.String("interface", f.Name), zap.Any("route", fr), zap.Error(err))
+		}
+	}
+	for _, r := range stale {
+		if err := h.DelRoute(r); err != nil {
+			c.log.Warn("cannot delete route", zap.String("interface", f.Name), zap.Stringer("dst", r.Dst), zap.Error(err))
+		}
+	}
+}
+
+func (c *configurator) retryEINVAL(ctx context.Context, fn func() error) error {
+	var err error
+	for range routeRetries {
+		if err = fn(); !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+		if c.wait(ctx, routeRetryGap) != nil {
+			return err
+		}
+	}
+	return err
+}
+
+type ruleKey struct {
+	src   netip.Prefix
+	table int
+}
+
+func fileRule(r Rule) (KRule, error) {
+	a, err := netip.ParseAddr(r.Src)
+	if err != nil {
+		return KRule{}, fmt.Errorf("invalid rule source %q", r.Src)
+	}
+	bits := r.SrcLen
+	if bits <= 0 || bits > a.BitLen() {
+		bits = a.BitLen()
+	}
+	t := r.Table
+	if t == 0 {
+		t = mainTable
+	}
+	return KRule{Src: netip.PrefixFrom(a.Unmap(), bits).Masked(), Table: t}, nil
+}
+
+// rulesUp reconciles source rules in the namespace. Rules without a
+// source, and those the kernel or keepalived own, are never touched.
+func (c *configurator) rulesUp(h Handle, f *InterfaceFile) error {
+	current, err := h.Rules()
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	stale := map[ruleKey]KRule{}
+	for _, r := range current {
+		if !r.Src.IsValid() || r.Protocol == ProtoKernel || r.Protocol == ProtoKeepalived {
+			continue
+		}
+		stale[ruleKey{r.Src.Masked(), r.Table}] = r
+	}
+	for _, fr := range f.Rules {
+		kr, err := fileRule(fr)
+		if err != nil {
+			c.log.Warn("skipping an invalid rule of an interface file", zap.String("interface", f.Name), zap.Error(err))
+			continue
+		}
+		k := ruleKey{kr.Src, kr.Table}
+		if _, ok := stale[k]; ok {
+			delete(stale, k)
+			continue
+		}
+		if err := h.AddRule(kr); err != nil && !isExist(err) {
+			return fmt.Errorf("add rule from %s lookup %d: %w", kr.Src, kr.Table, err)
+		}
+	}
+	for _, r := range stale {
+		if err := h.DelRule(r); err != nil {
+			c.log.Warn("cannot delete rule", zap.Stringer("src", r.Src), zap.Int("table", r.Table), zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// script runs one up/down command inside the namespace. A command whose
+// program is not installed is skipped with a warning: the LVS masquerade
+// script belongs to the image, and a missing one must not make every plug
+// fail; a command that runs and fails is an error.
+func (c *configurator) script(ctx context.Context, iface, command string) error {
+	argv := strings.Fields(command)
+	if len(argv) == 0 {
+		return nil
+	}
+	out, err := c.kernel.Run(ctx, c.ns, argv)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+			c.log.Warn("interface script not installed; skipped", zap.String("interface", iface), zap.String("command", command))
+			return nil
+		}
+		return fmt.Errorf("command %q: %w: %s", command, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func (c *configurator) dhclient(ctx context.Context, iface string, release bool) error {
+	argv := []string{dhclientCmd}
+	if release {
+		argv = append(argv, "-r")
+	}
+	argv = append(argv, "-lf", "/var/lib/dhclient/dhclient-"+iface+".leases", "-pf", "/run/dhclient-"+iface+".pid", iface)
+	return c.script(ctx, iface, strings.Join(argv, " "))
+}
+
+// slaac turns router advertisements and address autoconfiguration on or
+// off for the interface (accept_ra 2: forwarding is on in the namespace).
+func (c *configurator) slaac(iface string, on bool) error {
+	ra, auto := "0", "0"
+	if on {
+		ra, auto = "2", "1"
+	}
+	for _, s := range []Sysctl{{"net.ipv6.conf." + iface + ".accept_ra", ra}, {"net.ipv6.conf." + iface + ".autoconf", auto}} {
+		if err := c.kernel.Sysctl(c.ns, s.Key, s.Value); err != nil {
+			return fmt.Errorf("sysctl %s=%s: %w", s.Key, s.Value, err)
+		}
+	}
+	return nil
+}
+
+// down undoes up: DHCP/SLAAC off, and when the link is up its rules,
+// routes and addresses removed and the link set down, then the down
+// scripts. Errors are logged and the rest still runs, as upstream.
+func (c *configurator) down(ctx context.Context, f *InterfaceFile) error {
+	for _, a := range f.Addresses {
+		if a.DHCP {
+			if err := c.dhclient(ctx, f.Name, true); err != nil {
+				c.log.Warn("dhclient release failed", zap.String("interface", f.Name), zap.Error(err))
+			}
+		}
+		if a.IPv6Auto {
+			if err := c.slaac(f.Name, false); err != nil {
+				c.log.Warn("cannot turn SLAAC off", zap.String("interface", f.Name), zap.Error(err))
+			}
+		}
+	}
+	h, err := c.kernel.Open(c.ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := linkByName(h, f.Name)
+	if err != nil {
+		return err
+	}
+	if !link.Up {
+		return nil
+	}
+	warn := func(what string, err error) {
+		if err != nil {
+			c.log.Debug("interface down: "+what, zap.String("interface", f.Name), zap.Error(err))
+		}
+	}
+	if f.IfType == IfTypeVIP {
+		for _, fr := range f.Rules {
+			if kr, err := fileRule(fr); err == nil {
+				warn("delete rule", h.DelRule(kr))
+			}
+		}
+	}
+	for _, fr := range f.Routes {
+		if kr, err := fileRoute(link.Index, fr); err == nil {
+			warn("delete route", h.DelRoute(kr))
+		}
+	}
+	if addrs, err := h.Addrs(link.Index); err == nil {
+		for _, a := range addrs {
+			if !keepAddress(a.Prefix) {
+				warn("delete address", h.DelAddr(link.Index, a.Prefix))
+			}
+		}
+	}
+	warn("set down", h.SetDown(link.Index))
+	for _, s := range f.Scripts.Down {
+		if err := c.script(ctx, f.Name, s.Command); err != nil {
+			c.log.Warn("interface down script failed", zap.String("interface", f.Name), zap.Error(err))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package netns
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+)
+
+// Framework-shaped 400 descriptions, as upstream words them.
+const (
+	descInvalidSubnet = "Invalid subnet information"
+	descInvalidPort   = "Invalid port information"
+	descInvalidRules  = "Invalid rules information"
+)
+
+// HostRoute is a subnet host route as the controller sends it.
+type HostRoute struct {
+	Destination string `json:"destination"`
+	Nexthop     string `json:"nexthop"`
+}
+
+// AdditionalVIP is one more VIP on the VIP port.
+type AdditionalVIP struct {
+	IPAddress  string      `json:"ip_address"`
+	SubnetCIDR string      `json:"subnet_cidr"`
+	Gateway    *string     `json:"gateway"`
+	HostRoutes []HostRoute `json:"host_routes"`
+}
+
+// VIPRequest is the body of POST /1.0/plug/vip/{vip}.
+type VIPRequest struct {
+	SubnetCIDR     string          `json:"subnet_cidr"`
+	Gateway        *string         `json:"gateway"`
+	MACAddress     string          `json:"mac_address"`
+	MTU            *int            `json:"mtu"`
+	VRRPIP         *string         `json:"vrrp_ip"`
+	HostRoutes     []HostRoute     `json:"host_routes"`
+	AdditionalVIPs []AdditionalVIP `json:"additional_vips"`
+	IsSRIOV        *bool           `json:"is_sriov"`
+}
+
+// FixedIP is one fixed IP of a plugged port.
+type FixedIP struct {
+	IPAddress  string      `json:"ip_address"`
+	SubnetCIDR string      `json:"subnet_cidr"`
+	Gateway    *string     `json:"gateway"`
+	HostRoutes []HostRoute `json:"host_routes"`
+}
+
+// VIPNetInfo is sent with plug/network when the port is the amphora's
+// own VRRP port (a subnet added to the VIP port).
+type VIPNetInfo struct {
+	VIPRequest
+	VIP string `json:"vip"`
+}
+
+// NetworkRequest is the body of POST /1.0/plug/network.
+type NetworkRequest struct {
+	MACAddress string      `json:"mac_address"`
+	FixedIPs   []FixedIP   `json:"fixed_ips"`
+	MTU        *int        `json:"mtu"`
+	IsSRIOV    *bool       `json:"is_sriov"`
+	VIPNetInfo *VIPNetInfo `json:"vip_net_info"`
+}
+
+// decodeObject parses body as a JSON object that has every key of
+// required, then into v. Anything else is the endpoint's framework 400.
+func decodeObject(body []byte, v any, desc string, required ...string) error {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(body, &keys); err != nil || keys == nil {
+		return fault.BadRequest(desc)
+	}
+	for _, k := range required {
+		if _, ok := keys[k]; !ok {
+			return fault.BadRequest(desc)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return fault.BadRequest(desc)
+	}
+	return nil
+}
+
+// DecodeVIPRequest parses a plug/vip body.
+func DecodeVIPRequest(body []byte) (*VIPRequest, error) {
+	var r VIPRequest
+	if err := decodeObject(body, &r, descInvalidSubnet, "subnet_cidr", "gateway", "mac_address"); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// DecodeNetworkRequest parses a plug/network body.
+func DecodeNetworkRequest(body []byte) (*NetworkRequest, error) {
+	var r NetworkRequest
+	if err := decodeObject(body, &r, descInvalidPort, "mac_address"); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// pyAddrError words an address parse failure as upstream's (Python's).
+func pyAddrError(s string) string {
+	return fmt.Sprintf("'%s' does not appear to be an IPv4 or IPv6 address", s)
+}
+
+func parseAddr(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%s", pyAddrError(s))
+	}
+	return a.Unmap(), nil
+}
+
+// parseStrictNetwork parses a network whose host bits must be zero; a
+// bare address is a host network, as Python's ip_network has it.
+func parseStrictNetwork(s string) (netip.Prefix, error) {
+	var p netip.Prefix
+	if strings.Contains(s, "/") {
+		var err error
+		p, err = netip.ParsePrefix(s)
+		if err != nil || p.Addr().Zone() != "" {
+			return p, fmt.Errorf("'%s' does not appear to be an IPv4 or IPv6 network", s)
+		}
+	} else {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return p, fmt.Errorf("'%s' does not appear to be an IPv4 or IPv6 network", s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if p.Masked() != p {
+		return p, fmt.Errorf("%s has host bits set", s)
+	}
+	return p, nil
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// validateVIPs checks the primary VIP and the additional ones as upstream
+// does before touching anything: each address, and each subnet as a strict
+// network. The message is "Invalid VIP: <reason>".
+func validateVIPs(vip string, r *VIPRequest) ([]vipSpec, error) {
+	all := []AdditionalVIP{{IPAddress: vip, SubnetCIDR: r.SubnetCIDR, Gateway: r.Gateway, HostRoutes: r.HostRoutes}}
+	all = append(all, r.AdditionalVIPs...)
+	out := make([]vipSpec, 0, len(all))
+	for _, v := range all {
+		a, err := parseAddr(v.IPAddress)
+		if err != nil {
+			return nil, fault.Invalid("Invalid VIP: " + err.Error())
+		}
+		p, err := parseStrictNetwork(v.SubnetCIDR)
+		if err != nil {
+			return nil, fault.Invalid("Invalid VIP: " + err.Error())
+		}
+		if p.Addr().Is4() != a.Is4() {
+			return nil, fault.Invalid(fmt.Sprintf("Invalid VIP: %s is not in subnet %s", v.IPAddress, v.SubnetCIDR))
+		}
+		out = append(out, vipSpec{addr: a, subnet: p, gateway: str(v.Gateway), hostRoutes: v.HostRoutes})
+	}
+	return out, nil
+}
+
+// validateVRRP checks vrrp_ip; its prefix length is the primary subnet's.
+func validateVRRP(r *VIPRequest, primary netip.Prefix) (netip.Addr, int, error) {
+	if r.VRRPIP == nil || *r.VRRPIP == "" {
+		return netip.Addr{}, 0, nil
+	}
+	a, err := parseAddr(*r.VRRPIP)
+	if err != nil {
+		return netip.Addr{}, 0, fault.Invalid("Invalid VRRP Address: " + err.Error())
+	}
+	return a, primary.Bits(), nil
+}
+
+// validateFixedIPs checks every fixed IP address ("Invalid network port")
+// and its subnet.
+func validateFixedIPs(fixed []FixedIP) ([]fixedIPSpec, error) {
+	out := make([]fixedIPSpec, 0, len(fixed))
+	for _, f := range fixed {
+		a, err := parseAddr(f.IPAddress)
+		if err != nil {
+			return nil, fault.Invalid("Invalid network port")
+		}
+		p, err := parseStrictNetwork(f.SubnetCIDR)
+		if err != nil || p.Addr().Is4() != a.Is4() {
+			return nil, fault.Invalid("Invalid network port")
+		}
+		out = append(out, fixedIPSpec{address: f.IPAddress, addr: a, subnet: p, gateway: str(f.Gateway), hostRoutes: f.HostRoutes})
+	}
+	return out, nil
+}
