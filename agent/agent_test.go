@@ -310,3 +310,33 @@ func TestRotateCertificate(t *testing.T) {
 		t.Fatalf("mode %v", st.Mode().Perm())
 	}
 }
+
+func TestLoadBalancerActionValidation(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cases := []struct {
+		id, action      string
+		kind            fault.Kind
+		message, detail string
+	}{
+		// The action is checked before the load balancer's existence.
+		{"unknown", "bogus", fault.KindInvalid, "Invalid Request", "Unknown action: bogus"},
+		{"unknown", "RESTART", fault.KindInvalid, "Invalid Request", "Unknown action: restart"},
+		{"unknown", "haproxy", fault.KindInvalid, "Invalid Request", "Unknown action: haproxy"},
+		{"unknown", "START", fault.KindNotFound, "Loadbalancer Not Found", "No loadbalancer with UUID: unknown"},
+		{"..", "reload", fault.KindNotFound, "Loadbalancer Not Found", "No loadbalancer with UUID: .."},
+	}
+	for _, c := range cases {
+		_, err := f.a.LoadBalancerAction(ctx, c.id, c.action)
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind != c.kind || fe.Message != c.message || fe.Details != c.detail {
+			t.Errorf("%s %s: %v", c.id, c.action, err)
+		}
+	}
+	// Deleting an unknown or unsafe id succeeds without side effects.
+	for _, id := range []string{"unknown", ".."} {
+		if err := f.a.DeleteListener(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+}

@@ -267,6 +267,9 @@ func (s *Store) Remove(lb string) error {
 		os.Remove(sum.StatsSocket)
 	}
 	os.Remove(s.Layout.SocketPath(lb))
+	if _, err := os.Stat(s.Layout.Dir(lb)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err := os.RemoveAll(s.Layout.Dir(lb)); err != nil {
 		return err
 	}

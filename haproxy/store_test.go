@@ -1,0 +1,137 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+)
+
+// fakeRunner records haproxy -c calls and fails when the config holds
+// "invalid".
+type fakeRunner struct {
+	calls [][]string
+}
+
+func (f *fakeRunner) CombinedOutput(_ context.Context, name string, args ...string) ([]byte, error) {
+	f.calls = append(f.calls, append([]string{name}, args...))
+	cfg, _ := os.ReadFile(args[4])
+	if strings.Contains(string(cfg), "invalid") {
+		return []byte("[ALERT] parsing [haproxy.cfg:3]: unknown keyword 'invalid'"), errors.New("exit status 1")
+	}
+	return []byte("Configuration file is valid\n"), nil
+}
+
+func newTestStore(t *testing.T) (*Store, *fakeRunner) {
+	dir := t.TempDir()
+	r := &fakeRunner{}
+	return &Store{
+		Layout:        Layout{Base: filepath.Join(dir, "lib")},
+		HAProxyCmd:    "/usr/sbin/haproxy",
+		UserGroupFile: filepath.Join(dir, "lib", "haproxy-default-user-group.conf"),
+		Runner:        r,
+		Log:           zap.NewNop(),
+		FDLimit:       func() uint64 { return 20000 },
+	}, r
+}
+
+func TestUploadStripsGroupValidatesAndPromotes(t *testing.T) {
+	s, r := newTestStore(t)
+	body := "global\n    user nobody\n    group haproxy\n    maxconn 1000\nfrontend L1\n    mode http\n"
+	if err := s.Upload(context.Background(), "AMP1", "lb1", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := os.ReadFile(s.Layout.ConfigPath("lb1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "global\n    user nobody\n    maxconn 1000\nfrontend L1\n    mode http\n"; string(stored) != want {
+		t.Fatalf("stored config:\n%q\nwant\n%q", stored, want)
+	}
+	if st, _ := os.Stat(s.Layout.ConfigPath("lb1")); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode().Perm())
+	}
+	want := []string{"/usr/sbin/haproxy", "-c", "-L", "quxbkjFfO2U3PaVHnExCdJYeHkA", "-f", s.newPath("lb1"), "-f", s.UserGroupFile}
+	if len(r.calls) != 1 || strings.Join(r.calls[0], " ") != strings.Join(want, " ") {
+		t.Fatalf("validation ran %q, want %q", r.calls, want)
+	}
+	if _, err := os.Stat(s.newPath("lb1")); !os.IsNotExist(err) {
+		t.Fatal("staged file left behind")
+	}
+	if ug, err := os.ReadFile(s.UserGroupFile); err != nil || !strings.Contains(string(ug), "group ") {
+		t.Fatalf("missing user/group file not replaced by a default: %q %v", ug, err)
+	}
+	st, err := s.ReadState("lb1")
+	if err != nil || st.Peer != "quxbkjFfO2U3PaVHnExCdJYeHkA" || st.AmphoraID != "AMP1" || st.Running {
+		t.Fatalf("state %+v %v: upload must record the peer and not mark the LB running", st, err)
+	}
+}
+
+func TestInvalidUploadKeepsLiveConfig(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	if err := s.Upload(ctx, "AMP1", "lb1", []byte("global\n")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Upload(ctx, "AMP1", "lb1", []byte("global\n    invalid\n"))
+	fe, ok := fault.As(err)
+	if !ok || fe.Kind != fault.KindInvalid || fe.Message != "Invalid request" || !strings.Contains(fe.Details, "unknown keyword 'invalid'") {
+		t.Fatalf("invalid upload: %v", err)
+	}
+	if live, _ := os.ReadFile(s.Layout.ConfigPath("lb1")); string(live) != "global\n" {
+		t.Fatalf("live config changed: %q", live)
+	}
+	if failed, _ := os.ReadFile(s.failedPath("lb1")); string(failed) != "global\n    invalid\n" {
+		t.Fatalf("rejected config not kept: %q", failed)
+	}
+}
+
+func TestUploadRefusesUnsafeIDs(t *testing.T) {
+	s, r := newTestStore(t)
+	for _, ids := range [][2]string{{"AMP1", ".."}, {"AMP1", "../x"}, {"AMP1", ""}, {"../amp", "lb1"}, {"AMP1", "lb1/x"}, {"AMP1", ".hidden"}} {
+		err := s.Upload(context.Background(), ids[0], ids[1], []byte("global\n"))
+		if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid {
+			t.Errorf("ids %q: %v, want 400", ids, err)
+		}
+	}
+	if len(r.calls) != 0 {
+		t.Fatal("haproxy ran for an unsafe id")
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(s.Layout.Base)); len(entries) != 0 {
+		t.Fatalf("files written for unsafe ids: %v", entries)
+	}
+}
+
+func TestUploadExplainsDescriptorShortage(t *testing.T) {
+	s, r := newTestStore(t)
+	err := s.Upload(context.Background(), "AMP1", "lb1", []byte("global\n    maxconn 50000\n"))
+	fe, ok := fault.As(err)
+	if !ok || fe.Kind != fault.KindInvalid {
+		t.Fatalf("want 400, got %v", err)
+	}
+	for _, want := range []string{"100040", "50000", "20000", "connection_limit", "LimitNOFILE"} {
+		if !strings.Contains(fe.Details, want) {
+			t.Errorf("details %q do not mention %s", fe.Details, want)
+		}
+	}
+	if len(r.calls) != 0 {
+		t.Fatal("haproxy ran for a config that cannot start")
+	}
+}
+
+func TestConfigNotFound(t *testing.T) {
+	s, _ := newTestStore(t)
+	for _, lb := range []string{"missing", ".."} {
+		_, err := s.Config(lb)
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind != fault.KindNotFound || fe.Message != "Loadbalancer Not Found" || fe.Details != "No loadbalancer with UUID: "+lb {
+			t.Errorf("%s: %v", lb, err)
+		}
+	}
+}
