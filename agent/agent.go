@@ -44,6 +44,8 @@ type Options struct {
 
 	// HAProxyRunner runs `haproxy -c`; nil runs the real binary.
 	HAProxyRunner haproxy.Runner
+	// LoadBalancers runs HAProxy; nil supervises real processes.
+	LoadBalancers lbRunner
 	// Advertise announces VIPs after a start or reload in SINGLE topology;
 	// nil sends real gratuitous ARP / unsolicited NA.
 	Advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
@@ -71,7 +73,7 @@ type Agent struct {
 
 	// Load balancers. Their paths and namespace are fixed at start-up.
 	lbStore   *haproxy.Store
-	lbs       *haproxy.Supervisor
+	lbs       lbRunner
 	advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
 	lbCerts   certs.Store
 }
@@ -122,7 +124,34 @@ func New(o Options) *Agent {
 		Runner:        runner,
 		Log:           a.log.Named("haproxy"),
 	}
-	a.lbs = haproxy.NewSupervisor(haproxy.SupervisorOptions{
+	a.lbs = o.LoadBalancers
+	if a.lbs == nil {
+		a.lbs = a.newSupervisor(cfg)
+	}
+	a.lbCerts = certs.Store{Dir: cfg.BaseCertDir}
+	a.advertise = o.Advertise
+	if a.advertise == nil {
+		log := a.log.Named("advertise")
+		a.advertise = func(ctx context.Context, ns string, addrs []netip.Addr) error {
+			return netns.AdvertiseWith(ctx, ns, addrs, log)
+		}
+	}
+	return a
+}
+
+// lbRunner runs load balancers; haproxy.Supervisor in production, a fake
+// in unit tests.
+type lbRunner interface {
+	Start(ctx context.Context, lb string) error
+	Stop(ctx context.Context, lb string) error
+	Reload(ctx context.Context, lb string) (started bool, err error)
+	Delete(ctx context.Context, lb string) error
+	Restore(ctx context.Context) error
+	Close()
+}
+
+func (a *Agent) newSupervisor(cfg *config.Config) *haproxy.Supervisor {
+	return haproxy.NewSupervisor(haproxy.SupervisorOptions{
 		Store:     a.lbStore,
 		Namespace: cfg.Namespace,
 		Backoff: haproxy.Backoff{
@@ -134,15 +163,6 @@ func New(o Options) *Agent {
 		Log:     a.log.Named("haproxy"),
 		ProcDir: a.procDir,
 	})
-	a.lbCerts = certs.Store{Dir: cfg.BaseCertDir}
-	a.advertise = o.Advertise
-	if a.advertise == nil {
-		log := a.log.Named("advertise")
-		a.advertise = func(ctx context.Context, ns string, addrs []netip.Addr) error {
-			return netns.AdvertiseWith(ctx, ns, addrs, log)
-		}
-	}
-	return a
 }
 
 // RestoreLoadBalancers brings every load balancer back to its desired

@@ -222,23 +222,45 @@ func (s *Store) checkFDs(cfg []byte) error {
 	if maxconn <= 0 {
 		return nil
 	}
-	need := uint64(maxconn)*fdsPerConn + fdSlack
-	limit := s.fdLimit()
+	need := fdsNeeded(maxconn)
+	limit := s.fdLimit(need)
 	if need <= limit {
 		return nil
 	}
 	return fmt.Errorf("the configuration needs about %d open files for its global maxconn of %d, but this amphora allows at most %d (RLIMIT_NOFILE): lower the listeners' connection_limit or raise LimitNOFILE of the amphora-agent service", need, maxconn, limit)
 }
 
-func (s *Store) fdLimit() uint64 {
+func (s *Store) fdLimit(need uint64) uint64 {
 	if s.FDLimit != nil {
 		return s.FDLimit()
 	}
+	return raiseFDLimit(need)
+}
+
+func fdsNeeded(maxconn int) uint64 {
+	if maxconn <= 0 {
+		return 0
+	}
+	return uint64(maxconn)*fdsPerConn + fdSlack
+}
+
+// raiseFDLimit lifts this process's hard RLIMIT_NOFILE to need when it is
+// lower and the kernel lets it (HAProxy inherits the hard limit and raises
+// its own soft limit to what its maxconn needs). It returns the hard limit
+// in force afterwards.
+func raiseFDLimit(need uint64) uint64 {
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		return ^uint64(0)
 	}
-	return rl.Max
+	if rl.Max >= need {
+		return rl.Max
+	}
+	raised := unix.Rlimit{Cur: rl.Cur, Max: need}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &raised); err != nil {
+		return rl.Max
+	}
+	return need
 }
 
 // Config returns lb's stored config.

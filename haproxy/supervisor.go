@@ -277,6 +277,12 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	if in.proc == nil || !in.proc.alive() {
 		return true, in.startOrRestore(ctx, "Error starting haproxy")
 	}
+	// As upstream's ExecReload: never hand the master a config that does
+	// not pass the check (the file or the user/group file may have changed
+	// since the upload).
+	if out, err := in.check(ctx); err != nil {
+		return false, fault.Internal("Error reloading haproxy", out, err)
+	}
 	in.saveServersState(ctx)
 	offset := in.logSize()
 	err := in.signalReload(ctx)
@@ -291,6 +297,15 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 		output += "\nrollback to the last good configuration failed: " + rerr.Error()
 	}
 	return false, fault.Internal("Error reloading haproxy", output, err)
+}
+
+func (in *instance) check(ctx context.Context) (string, error) {
+	st := in.s.store()
+	state, err := st.ReadState(in.lb)
+	if err != nil || state.Peer == "" {
+		return "no peer name recorded: upload the configuration again", errors.New("no peer recorded")
+	}
+	return st.check(ctx, st.Layout.ConfigPath(in.lb), state.Peer)
 }
 
 // signalReload asks the master to load the stored config (SIGUSR2, as
@@ -394,6 +409,10 @@ func (in *instance) startLocked(ctx context.Context) error {
 	}
 	if err := st.EnsureUserGroupFile(); err != nil {
 		return err
+	}
+	if sum, err := st.Layout.Summary(in.lb); err == nil {
+		// HAProxy raises its own soft limit; it inherits the hard one.
+		raiseFDLimit(fdsNeeded(sum.GlobalMaxconn))
 	}
 	sock, pidPath := s.masterSocket(in.lb), st.Layout.PidPath(in.lb)
 	os.Remove(sock)
@@ -644,6 +663,11 @@ func (in *instance) logSince(offset int64, cause error) string {
 	if out == "" && cause != nil {
 		out = cause.Error()
 	}
+	return explainOutput(out)
+}
+
+// explainOutput adds plain words to the HAProxy alert operators hit most.
+func explainOutput(out string) string {
 	if m := fdAlert.FindStringSubmatch(out); m != nil {
 		out += fmt.Sprintf("\nHAProxy needs %s open files for this configuration but is allowed %s (RLIMIT_NOFILE): lower the listeners' connection_limit or raise LimitNOFILE of the amphora-agent service.", m[1], m[2])
 	}

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/amphora-agent/amphora-agent/agent/config"
+)
+
+// fakeLBs records lifecycle calls; a reload of a stopped LB starts it.
+type fakeLBs struct {
+	mu      sync.Mutex
+	calls   []string
+	running map[string]bool
+}
+
+func (f *fakeLBs) rec(s string) { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
+
+func (f *fakeLBs) Start(_ context.Context, lb string) error {
+	f.rec("start " + lb)
+	f.running[lb] = true
+	return nil
+}
+
+func (f *fakeLBs) Stop(_ context.Context, lb string) error {
+	f.rec("stop " + lb)
+	f.running[lb] = false
+	return nil
+}
+
+func (f *fakeLBs) Reload(_ context.Context, lb string) (bool, error) {
+	f.rec("reload " + lb)
+	started := !f.running[lb]
+	f.running[lb] = true
+	return started, nil
+}
+
+func (f *fakeLBs) Delete(_ context.Context, lb string) error { f.rec("delete " + lb); return nil }
+func (f *fakeLBs) Restore(context.Context) error             { f.rec("restore"); return nil }
+func (f *fakeLBs) Close()                                    {}
+
+func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
+	for _, topology := range []string{"SINGLE", "ACTIVE_STANDBY"} {
+		t.Run(topology, func(t *testing.T) {
+			dir := t.TempDir()
+			conf := strings.Replace(baseConfig(dir), "loadbalancer_topology = SINGLE", "loadbalancer_topology = "+topology, 1)
+			cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lbs := &fakeLBs{running: map[string]bool{}}
+			var advertised []netip.Addr
+			a := New(Options{
+				Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,
+				Advertise: func(_ context.Context, ns string, addrs []netip.Addr) error {
+					if ns != "amphora-agent-unit-test-absent" {
+						t.Errorf("advertised in namespace %q", ns)
+					}
+					advertised = append(advertised, addrs...)
+					return nil
+				},
+			})
+			f := &fixture{dir: dir}
+			f.write("lib/lb1/haproxy.cfg", "frontend L1\n    mode http\n    bind 203.0.113.10:80\n    bind [2001:db8::10]:443\n")
+
+			ctx := context.Background()
+			steps := []struct{ action, details string }{
+				{"RELOAD", "Configuration file is valid\nhaproxy daemon for lb1 started"},
+				{"reload", "Listener lb1 reloaded"},
+				{"Stop", "Listener lb1 stoped"},
+				{"start", "Configuration file is valid\nhaproxy daemon for lb1 started"},
+			}
+			for _, s := range steps {
+				got, err := a.LoadBalancerAction(ctx, "lb1", s.action)
+				if err != nil || got != s.details {
+					t.Fatalf("%s: %q, %v; want %q", s.action, got, err, s.details)
+				}
+			}
+			if want := []string{"reload lb1", "reload lb1", "stop lb1", "start lb1"}; !reflect.DeepEqual(lbs.calls, want) {
+				t.Fatalf("calls %v, want %v", lbs.calls, want)
+			}
+			vips := []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8::10")}
+			var want []netip.Addr
+			if topology == "SINGLE" {
+				// Advertised after reload-as-start, reload and start; not after stop.
+				want = append(append(append(want, vips...), vips...), vips...)
+			}
+			if !reflect.DeepEqual(advertised, want) {
+				t.Fatalf("advertised %v, want %v", advertised, want)
+			}
+		})
+	}
+}

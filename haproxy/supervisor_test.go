@@ -1,0 +1,231 @@
+package haproxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+)
+
+// These tests run a real HAProxy in the test's own network namespace on
+// loopback; no root needed.
+
+func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Skip("haproxy is not installed (make test installs it)")
+	}
+	dir, err := os.MkdirTemp("", "aa-sup-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &Store{
+		Layout:        Layout{Base: filepath.Join(dir, "lib")},
+		HAProxyCmd:    bin,
+		UserGroupFile: filepath.Join(dir, "user-group.conf"),
+		Runner:        ExecRunner{},
+		Log:           zaptest.NewLogger(t),
+	}
+	// No user/group switch: the test may not run as root.
+	if err := os.WriteFile(st.UserGroupFile, []byte("global\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sup := NewSupervisor(SupervisorOptions{Store: st, Log: zaptest.NewLogger(t),
+		Backoff: Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute}})
+	t.Cleanup(func() {
+		sup.Close()
+		if pid, err := pidfile.Read(st.Layout.PidPath("lb1")); err == nil {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		os.RemoveAll(dir)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return sup, st, port
+}
+
+func testConfig(st *Store, port int, body string) []byte {
+	return []byte(fmt.Sprintf(`global
+    maxconn 100
+    stats socket %s mode 0600 level admin
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+frontend L1
+    bind 127.0.0.1:%d
+    http-request return status 200 content-type text/plain string "%s"
+`, st.Layout.SocketPath("lb1"), port, body))
+}
+
+func answer(t *testing.T, port int) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "GET / HTTP/1.0\r\n\r\n")
+	buf := make([]byte, 4096)
+	n, _ := c.Read(buf)
+	m := regexp.MustCompile(`gen\d+`).Find(buf[:n])
+	return string(m)
+}
+
+func waitAnswer(t *testing.T, port int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for answer(t, port) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("HAProxy never answered %q", want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func masterReloads(t *testing.T, sup *Supervisor) int {
+	t.Helper()
+	out, err := showProcRaw(context.Background(), sup.masterSocket("lb1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\d+\s+master\s+(\d+)`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("no master line in %q", out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func TestSupervisorCoalescesConcurrentReloads(t *testing.T) {
+	sup, st, port := realSupervisor(t)
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen1")
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen2")); err != nil {
+		t.Fatal(err)
+	}
+	const callers = 6
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := sup.Reload(ctx, "lb1")
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := masterReloads(t, sup); n < 1 || n > 2 {
+		t.Fatalf("%d concurrent reload requests made the master reload %d times, want 1 or 2", callers, n)
+	}
+	waitAnswer(t, port, "gen2")
+}
+
+func TestSupervisorRespawnsAndStaysStopped(t *testing.T) {
+	sup, st, port := realSupervisor(t)
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen1")
+	for round := 0; round < 3; round++ {
+		old, err := pidfile.Read(st.Layout.PidPath("lb1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Kill(-old, syscall.SIGKILL)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			pid, err := pidfile.Read(st.Layout.PidPath("lb1"))
+			if err == nil && pid != old && sup.Running("lb1") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: not respawned", round)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		waitAnswer(t, port, "gen1")
+	}
+	if err := sup.Stop(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	if sup.Running("lb1") || answer(t, port) != "" {
+		t.Fatal("still serving after stop")
+	}
+	if st2, _ := st.ReadState("lb1"); st2.Running {
+		t.Fatal("stop not recorded")
+	}
+}
+
+func TestSupervisorRollsBackAFailedStart(t *testing.T) {
+	sup, st, port := realSupervisor(t)
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen1")
+	if err := sup.Stop(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	// The new config passes the check but cannot bind: the port is taken.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	bad := append(testConfig(st, port, "gen2"), []byte(fmt.Sprintf("frontend L2\n    bind %s\n", busy.Addr()))...)
+	if err := st.Upload(ctx, "AMP1", "lb1", bad); err != nil {
+		t.Fatal(err)
+	}
+	err = sup.Start(ctx, "lb1")
+	if err == nil {
+		t.Fatal("start of an unbindable config succeeded")
+	}
+	waitAnswer(t, port, "gen1")
+	cfg, _ := os.ReadFile(st.Layout.ConfigPath("lb1"))
+	if regexp.MustCompile(`gen2`).Match(cfg) {
+		t.Fatal("stored config is still the failed one")
+	}
+	if failed, _ := os.ReadFile(st.failedPath("lb1")); !regexp.MustCompile(`gen2`).Match(failed) {
+		t.Fatal("failed config not kept as haproxy.cfg.new-failed")
+	}
+}
