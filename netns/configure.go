@@ -113,7 +113,7 @@ func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
 		return err
 	}
 	c.routesUp(ctx, h, link, f)
-	if f.IfType == IfTypeVIP {
+	if f.ownsRules() {
 		if err := c.rulesUp(h, f); err != nil {
 			return err
 		}
@@ -124,6 +124,14 @@ func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
 		}
 	}
 	return nil
+}
+
+// ownsRules tells whether the file's interface manages the namespace's
+// source rules: the VIP interface. Files written by 11.0.0 agents have no
+// if_type; there the VIP file is the one that lists rules (reconciling
+// rules for the others would delete the VIP's).
+func (f *InterfaceFile) ownsRules() bool {
+	return f.IfType == IfTypeVIP || (f.IfType == "" && len(f.Rules) > 0)
 }
 
 // keepAddress tells whether an address not listed in a file survives
@@ -462,7 +470,7 @@ func (c *configurator) down(ctx context.Context, f *InterfaceFile) error {
 			c.log.Debug("interface down: "+what, zap.String("interface", f.Name), zap.Error(err))
 		}
 	}
-	if f.IfType == IfTypeVIP {
+	if f.ownsRules() {
 		for _, fr := range f.Rules {
 			if kr, err := fileRule(fr); err == nil {
 				warn("delete rule", h.DelRule(kr))

@@ -535,11 +535,16 @@ func (n *Network) nextName() (string, error) {
 // namespace (and only there) that carries ip, from live kernel state.
 func (n *Network) InterfaceFor(ip string) (string, error) {
 	a, err := netip.ParseAddr(ip)
-	if err != nil || a.Zone() != "" {
+	if err != nil {
 		return "", fault.Invalid("Invalid IP address")
 	}
 	a = a.Unmap()
 	notFound := fault.NotFound("Error interface not found for IP address")
+	if a.Zone() != "" {
+		// Upstream parses a scoped address but never finds it: kernel
+		// addresses carry no zone.
+		return "", notFound
+	}
 	h, err := n.kernel.Open(n.cfg.Namespace)
 	if err != nil {
 		// No namespace yet: nothing can hold the address.

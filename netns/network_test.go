@@ -255,7 +255,8 @@ func TestPlugValidation(t *testing.T) {
 			`400 message "Invalid network port"`},
 		{"interface bad ip", step{"interface", "xx", ""}, `400 message "Invalid IP address"`},
 		{"interface unknown ip", step{"interface", "192.0.2.1", ""}, `404 message "Error interface not found for IP address"`},
-		{"interface not in host", step{"interface", "127.0.0.1", ""}, `404 message "Error interface not found for IP address"`},
+		{"interface without namespace", step{"interface", "127.0.0.1", ""}, `404 message "Error interface not found for IP address"`},
+		{"interface with zone", step{"interface", "fe80::1%eth1", ""}, `404 message "Error interface not found for IP address"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,6 +363,41 @@ func TestUpdateFailureRestoresPrevious(t *testing.T) {
 	r.k.fail = nil
 	if a, b := strings.Split(r.state(), "## log")[0], strings.Split(before, "## log")[0]; a != b {
 		t.Errorf("state after the failed update differs\n--- after\n%s\n--- before\n%s", a, b)
+	}
+}
+
+// TestUpstream11Files applies interface files as an 11.0.0 agent wrote
+// them (no if_type, no is_sriov): the VIP file's rules are applied, the
+// member file (no rules) leaves them alone.
+func TestUpstream11Files(t *testing.T) {
+	r := newRig(t, false)
+	ctx := context.Background()
+	if err := r.k.EnsureNamespace(testNS); err != nil {
+		t.Fatal(err)
+	}
+	r.k.addLink(testNS, "eth1", vipMAC)
+	r.k.addLink(testNS, "eth2", memberMAC)
+	dir := r.n.cfg.NetworkDir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"eth1.json": `{"name": "eth1", "addresses": [{"address": "203.0.113.4", "prefixlen": 24}, {"address": "203.0.113.10", "prefixlen": 32, "octavia_owned": true}], "routes": [{"dst": "203.0.113.0/24", "prefsrc": "203.0.113.10", "scope": "link", "table": 1}], "rules": [{"src": "203.0.113.10", "src_len": 32, "table": 1}], "scripts": {"up": [], "down": []}, "mtu": 1450}`,
+		"eth2.json": `{"name": "eth2", "addresses": [{"address": "198.51.100.20", "prefixlen": 24}], "routes": [], "rules": [], "scripts": {"up": [], "down": []}}`,
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.n.Interfaces(ctx, "up", "all"); err != nil {
+		t.Fatal(err)
+	}
+	dump := r.k.dump()
+	for _, want := range []string{"rule from 203.0.113.10/32 lookup 1", "route table 1 203.0.113.0/24 dev eth1 src 203.0.113.10", "addr 198.51.100.20/24", "mtu 1450 up"} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("state lacks %q:\n%s", want, dump)
+		}
 	}
 }
 

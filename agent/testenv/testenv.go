@@ -120,8 +120,14 @@ func New(t testing.TB) *Env {
 	e.write(e.ServerCert, server.Combined())
 	e.write(e.ClientCert, client.Combined())
 	e.Port = FreePort(t)
+	// The agent creates its data-plane namespace at start-up; remove it
+	// with the test (a test that names its own namespace removes that).
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", e.Namespace()).Run() })
 	return e
 }
+
+// Namespace is the data-plane namespace the rendered config names.
+func (e *Env) Namespace() string { return fmt.Sprintf("amphora-test-%d", e.Port) }
 
 // Path joins parts under the env's folder.
 func (e *Env) Path(parts ...string) string {
@@ -162,7 +168,7 @@ agent_request_read_timeout = 180
 amphora_id = %s
 amphora_udp_driver = keepalived_lvs
 agent_tls_protocol = TLSv1.2
-network_namespace = amphora-test-%d
+network_namespace = %s
 plugged_interfaces_file = %s
 nftables_rules_file = %s
 haproxy_user_group_file = %s
@@ -171,7 +177,7 @@ pci_rescan_file = %s
 [controller_worker]
 loadbalancer_topology = SINGLE
 %s`, e.Path("lib", "certs"), e.Path("lib"), e.Port, e.CAFile, e.ServerCert, e.Path("interfaces"),
-		e.AmphoraID, e.Port, e.Path("lib", "plugged_interfaces"), e.Path("lib", "nftables-vip.rules"),
+		e.AmphoraID, e.Namespace(), e.Path("lib", "plugged_interfaces"), e.Path("lib", "nftables-vip.rules"),
 		e.Path("lib", "haproxy-default-user-group.conf"), e.Path("pci-rescan"), e.Extra)
 }
 

@@ -1,0 +1,449 @@
+//go:build system
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+)
+
+// netRig is an agent with its own namespace, a client network plugged as
+// the VIP port and a member network plugged as a member port.
+type netRig struct {
+	env     *testenv.Env
+	amp     *topo.Namespace
+	client  *topo.Namespace
+	member  *topo.Namespace
+	vipNIC  *topo.Veth // A: the hot-plugged NIC (agent side), B: client eth0
+	memNIC  *topo.Veth // A: the hot-plugged NIC, B: member eth0
+	scripts string     // log of the masquerade script
+}
+
+const (
+	netVIP      = "203.0.113.10"
+	netVIP6     = "2001:db8:1::10"
+	netVRRP     = "203.0.113.4"
+	netMemberIP = "198.51.100.20"
+	netMember   = "198.51.100.2"
+)
+
+func newNetRig(t *testing.T) *netRig {
+	t.Helper()
+	topo.RequireRoot(t)
+	r := &netRig{env: testenv.New(t)}
+	ns := topo.UniqueName("amp")
+	// The agent creates the namespace; the test deletes it.
+	r.amp = topo.AdoptNamespace(t, ns)
+	r.client = topo.NewNamespace(t, "cli")
+	r.member = topo.NewNamespace(t, "mem")
+	r.vipNIC = topo.HotplugNIC(t, r.client, "eth0", []string{"203.0.113.100/24", "2001:db8:1::100/64"}, "")
+	r.memNIC = topo.HotplugNIC(t, r.member, "eth0", []string{netMember + "/24"}, "")
+	r.member.ServeHTTP(t, ":80", topo.MemberHandler("member-1"))
+
+	// The interface files name the LVS masquerade script; this one records
+	// its arguments and the namespace it ran in.
+	r.scripts = r.env.Path("masquerade.log")
+	script := r.env.Path("masquerade.sh")
+	body := fmt.Sprintf("#!/bin/sh\necho \"$* $(readlink /proc/self/ns/net)\" >> %s\n", r.scripts)
+	if err := fsutil.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The PCI rescan trigger exists, as on a VM.
+	if err := fsutil.WriteFile(r.env.Path("pci-rescan"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", ns, script)
+	return r
+}
+
+func (r *netRig) ip(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"-n", r.amp.Name}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip -n %s %s: %v\n%s", r.amp.Name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (r *netRig) call(t *testing.T, method, path, body string, wantStatus int) string {
+	t.Helper()
+	status, ctype, out := r.env.Do(method, path, []byte(body))
+	if status != wantStatus || ctype != "application/json" {
+		t.Fatalf("%s %s = %d %s %s, want %d application/json\nagent output:\n%s", method, path, status, ctype, out, wantStatus, r.env.Output())
+	}
+	return string(out)
+}
+
+// state is what must survive a reboot: addresses, MTUs, static routes of
+// every table, rules and the firewall.
+func (r *netRig) state(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, dev := range []string{"eth1", "eth2"} {
+		b.WriteString(r.ip(t, "-br", "addr", "show", "dev", dev))
+		link := r.ip(t, "-o", "link", "show", "dev", dev)
+		b.WriteString(regexp.MustCompile(`mtu \d+`).FindString(link) + "\n")
+	}
+	b.WriteString(r.ip(t, "-4", "route", "show", "table", "all", "proto", "static"))
+	b.WriteString(r.ip(t, "-6", "route", "show", "table", "all", "proto", "static"))
+	b.WriteString(r.ip(t, "rule", "show"))
+	b.WriteString(r.ip(t, "-6", "rule", "show"))
+	b.WriteString(r.nft(t))
+	return b.String()
+}
+
+func (r *netRig) nft(t *testing.T) string {
+	t.Helper()
+	out, err := r.amp.Exec(context.Background(), "nft", "list", "ruleset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// haproxy runs a proxy inside the namespace (the lead's supervisor does
+// this in the product): VIP port 80 (both families) and 8080, which the
+// firewall leaves closed, to the member.
+func (r *netRig) haproxy(t *testing.T) (stop func()) {
+	t.Helper()
+	cfg := r.env.Path("haproxy.cfg")
+	text := fmt.Sprintf(`global
+    maxconn 100
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 10s
+    timeout server 10s
+frontend vip
+    bind %s:80
+    bind %s:80
+    bind %s:8080
+    default_backend members
+backend members
+    server member-1 %s:80
+`, netVIP, netVIP6, netVIP, netMember)
+	if err := fsutil.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := r.amp.Command(context.Background(), "/usr/sbin/haproxy", "-db", "-f", cfg)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = io.Discard, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	stop = func() {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// get fetches url from the client namespace until it answers or the
+// deadline passes; it returns the body.
+func (r *netRig) get(t *testing.T, url string) string {
+	t.Helper()
+	c := r.client.HTTPClient(false)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return string(body)
+			}
+			err = fmt.Errorf("status %d: %s", resp.StatusCode, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s from the client: %v", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// blocked checks that a TCP connection to addr from the client does not
+// get through (the firewall drops it).
+func (r *netRig) blocked(t *testing.T, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	conn, err := r.client.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		conn.Close()
+		t.Errorf("connection to %s went through the VIP firewall", addr)
+	}
+}
+
+func nsInode(t *testing.T, name string) string {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join("/run/netns", name), &st); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("net:[%d]", st.Ino)
+}
+
+func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
+	r := newNetRig(t)
+	r.env.Start()
+
+	// Requirement 1: the agent created the namespace at start, lo up,
+	// the amphora's sysctls applied.
+	if !r.amp.Exists() {
+		t.Fatalf("agent did not create namespace %s\n%s", r.amp.Name, r.env.Output())
+	}
+	for key, want := range map[string]string{
+		"net.ipv4.ip_nonlocal_bind": "1", "net.ipv6.ip_nonlocal_bind": "1",
+		"net.ipv4.ip_forward": "1", "net.ipv6.conf.all.forwarding": "1",
+	} {
+		if got := r.amp.ReadSysctl(t, key); got != want {
+			t.Errorf("%s = %s in the namespace, want %s", key, got, want)
+		}
+	}
+	if out := r.ip(t, "link", "show", "lo"); !strings.Contains(out, "UP") {
+		t.Errorf("lo not up:\n%s", out)
+	}
+
+	// A MAC that is not there yet: rescan and the retryable 404.
+	missing := `{"subnet_cidr": "203.0.113.0/24", "gateway": null, "mac_address": "fa:16:3e:00:00:01"}`
+	if got := r.call(t, "POST", "/1.0/plug/vip/"+netVIP, missing, 404); got != `{"details":"No suitable network interface found"}` {
+		t.Errorf("missing NIC body %s", got)
+	}
+	if data, _ := os.ReadFile(r.env.Path("pci-rescan")); string(data) != "1" {
+		t.Errorf("PCI rescan file holds %q, want 1", data)
+	}
+
+	// Requirement 2: the VIP port, IPv4 VIP + IPv6 additional VIP, host
+	// route, MTU.
+	vipBody := fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q,
+		"vrrp_ip": %q, "mtu": 1450, "host_routes": [{"nexthop": "203.0.113.5", "destination": "192.0.2.0/24"}],
+		"additional_vips": [{"ip_address": %q, "subnet_cidr": "2001:db8:1::/64", "gateway": "2001:db8:1::1", "host_routes": []}],
+		"is_sriov": false}`, r.vipNIC.A.MAC, netVRRP, netVIP6)
+	got := r.call(t, "POST", "/1.0/plug/vip/"+netVIP, vipBody, 202)
+	if want := `{"message":"OK","details":"VIPs plugged on interface eth1: 203.0.113.10, 2001:0db8:0001:0000:0000:0000:0000:0010"}`; got != want {
+		t.Errorf("plug vip = %s\nwant %s", got, want)
+	}
+	if got := r.call(t, "POST", "/1.0/plug/vip/"+netVIP, vipBody, 409); got != `{"message":"Interface already exists"}` {
+		t.Errorf("second plug vip = %s", got)
+	}
+
+	// Requirement 3: a member port.
+	memberBody := fmt.Sprintf(`{"mac_address": %q, "mtu": 1400, "fixed_ips": [{"ip_address": %q,
+		"subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}], "is_sriov": false}`, r.memNIC.A.MAC, netMemberIP)
+	if got := r.call(t, "POST", "/1.0/plug/network", memberBody, 202); got != `{"message":"OK","details":"Plugged on interface eth2"}` {
+		t.Errorf("plug network = %s", got)
+	}
+	if got := r.call(t, "POST", "/1.0/plug/network", memberBody, 202); got != `{"message":"OK","details":"Updated existing interface eth2"}` {
+		t.Errorf("plug network again = %s", got)
+	}
+
+	// What the kernel holds now.
+	eth1 := r.ip(t, "addr", "show", "dev", "eth1")
+	for _, want := range []string{"mtu 1450", "inet 203.0.113.4/24", "inet 203.0.113.10/32", "inet6 2001:db8:1::10/128", r.vipNIC.A.MAC} {
+		if !strings.Contains(eth1, want) {
+			t.Errorf("eth1 lacks %q:\n%s", want, eth1)
+		}
+	}
+	eth2 := r.ip(t, "addr", "show", "dev", "eth2")
+	for _, want := range []string{"mtu 1400", "inet 198.51.100.20/24", r.memNIC.A.MAC} {
+		if !strings.Contains(eth2, want) {
+			t.Errorf("eth2 lacks %q:\n%s", want, eth2)
+		}
+	}
+	routes := r.ip(t, "-4", "route", "show", "table", "1") + r.ip(t, "-6", "route", "show", "table", "1") +
+		r.ip(t, "-4", "route", "show") + r.ip(t, "-6", "route", "show")
+	for _, want := range []string{
+		"default via 203.0.113.1 dev eth1 proto static onlink",
+		"192.0.2.0/24 via 203.0.113.5 dev eth1 proto static onlink",
+		"203.0.113.0/24 dev eth1 proto static scope link src 203.0.113.10",
+		"2001:db8:1::/64 dev eth1 proto static src 2001:db8:1::10",
+		"default via 2001:db8:1::1 dev eth1 proto static",
+	} {
+		if !strings.Contains(routes, want) {
+			t.Errorf("routes lack %q:\n%s", want, routes)
+		}
+	}
+	rules := r.ip(t, "rule", "show") + r.ip(t, "-6", "rule", "show")
+	for _, want := range []string{"from 203.0.113.10 lookup 1", "from 2001:db8:1::10 lookup 1"} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("rules lack %q:\n%s", want, rules)
+		}
+	}
+	// The default namespace still has no such links.
+	if out, _ := exec.Command("ip", "link", "show", r.vipNIC.A.Name).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("the VIP NIC is still in the default namespace: %s", out)
+	}
+	// The up scripts ran inside the namespace.
+	scripts, _ := os.ReadFile(r.scripts)
+	inode := nsInode(t, r.amp.Name)
+	for _, want := range []string{"add ipv4 eth1 " + inode, "add ipv6 eth1 " + inode, "add ipv4 eth2 " + inode} {
+		if !strings.Contains(string(scripts), want) {
+			t.Errorf("masquerade script log lacks %q:\n%s", want, scripts)
+		}
+	}
+	var file map[string]any
+	data, err := os.ReadFile(r.env.Path("interfaces", "eth1.json"))
+	if err != nil || json.Unmarshal(data, &file) != nil || file["if_type"] != "vip" {
+		t.Errorf("eth1.json: %v %s", err, data)
+	}
+	if plugged, _ := os.ReadFile(r.env.Path("lib", "plugged_interfaces")); string(plugged) != r.vipNIC.A.MAC+" eth1\n"+r.memNIC.A.MAC+" eth2\n" {
+		t.Errorf("plugged_interfaces:\n%s", plugged)
+	}
+
+	// Requirement 4: lookups in the namespace only.
+	for ip, want := range map[string]string{netVIP: "eth1", netVRRP: "eth1", "2001:0db8:0001::0010": "eth1", netMemberIP: "eth2"} {
+		if got := r.call(t, "GET", "/1.0/interface/"+ip, "", 200); got != `{"message":"OK","interface":"`+want+`"}` {
+			t.Errorf("interface %s = %s", ip, got)
+		}
+	}
+	if host := defaultNamespaceAddr(); host != "" {
+		r.call(t, "GET", "/1.0/interface/"+host, "", 404)
+	}
+	r.call(t, "GET", "/1.0/interface/xx", "", 400)
+
+	// Requirement 5: the VIP firewall.
+	rulesBody := `[{"protocol":"TCP","cidr":"203.0.113.0/24","port":80},{"protocol":"TCP","cidr":"2001:db8:1::/64","port":80},
+		{"protocol":"UDP","cidr":null,"port":53},{"protocol":"vrrp","cidr":"203.0.113.5/32","port":112}]`
+	if got := r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", rulesBody, 200); got != `{"message":"OK"}` {
+		t.Errorf("rules = %s", got)
+	}
+	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", `[{"protocol":"tcp","cidr":null,"port":80}]`, 400)
+	r.call(t, "PUT", "/1.0/interface/192.0.2.99/rules", rulesBody, 404)
+	ruleset := r.nft(t)
+	for _, want := range []string{
+		"table inet amphora_table", "chain amphora_chain", "type filter hook input priority filter; policy drop;",
+		"iifname \"eth1\" goto amphora_vip_chain", "chain amphora_vip_chain",
+		"ip saddr 203.0.113.0/24 tcp dport 80 accept", "ip6 saddr 2001:db8:1::/64 tcp dport 80 accept",
+		"udp dport 53 accept", "ip saddr 203.0.113.5 ip protocol vrrp accept",
+	} {
+		if !strings.Contains(ruleset, want) {
+			t.Errorf("nft list ruleset lacks %q:\n%s", want, ruleset)
+		}
+	}
+	if st, err := os.Stat(r.env.Path("lib", "nftables-vip.rules")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("rules file: %v %v", st, err)
+	}
+	// Sending the rules again replaces the table instead of adding to it.
+	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", rulesBody, 200)
+	if again := r.nft(t); again != ruleset {
+		t.Errorf("ruleset changed when the same rules were applied again:\n%s", again)
+	}
+
+	// Traffic: client -> VIP -> HAProxy in the namespace -> member.
+	stopHAProxy := r.haproxy(t)
+	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
+		t.Errorf("IPv4 VIP answered %q", got)
+	}
+	if got := r.get(t, "http://["+netVIP6+"]:80/"); got != "member-1" {
+		t.Errorf("IPv6 VIP answered %q", got)
+	}
+	r.blocked(t, net.JoinHostPort(netVIP, "8080"))
+
+	// Requirement 6: the subcommand takes eth2 down and up again from its file.
+	bin := testenv.Binary(t)
+	for _, action := range []string{"down", "up"} {
+		out, err := exec.Command(bin, "interface", "--config-file", r.env.ConfigPath, action, "eth2").CombinedOutput()
+		if err != nil {
+			t.Fatalf("interface %s eth2: %v\n%s", action, err, out)
+		}
+		got := r.ip(t, "-br", "addr", "show", "dev", "eth2")
+		if action == "down" && (strings.Contains(got, netMemberIP) || strings.Contains(got, " UP ")) {
+			t.Errorf("after interface down: %s", got)
+		}
+		if action == "up" && !strings.Contains(got, netMemberIP+"/24") {
+			t.Errorf("after interface up: %s", got)
+		}
+	}
+	if out, err := exec.Command(bin, "interface", "--config-file", r.env.ConfigPath, "up", "eth9").CombinedOutput(); err == nil {
+		t.Errorf("interface up eth9 (no file) succeeded: %s", out)
+	} else if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("interface up eth9: %v, want exit status 2", err)
+	}
+	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
+		t.Errorf("after interface down/up the VIP answered %q", got)
+	}
+
+	before := r.state(t)
+	t.Logf("namespace state before the reboot:\n%s", before)
+
+	// Simulated reboot: everything stops, the NICs come back in the
+	// default namespace, bare, under their boot names, the namespace is
+	// gone. (Moving a veth out first: deleting the namespace would destroy
+	// it.)
+	stopHAProxy()
+	r.env.Stop()
+	pid := strconv.Itoa(os.Getpid())
+	for dev, orig := range map[string]string{"eth1": r.vipNIC.A.Name, "eth2": r.memNIC.A.Name} {
+		r.ip(t, "addr", "flush", "dev", dev)
+		r.ip(t, "link", "set", "dev", dev, "down")
+		r.ip(t, "link", "set", "dev", dev, "netns", pid, "name", orig)
+	}
+	if out, err := exec.Command("ip", "netns", "delete", r.amp.Name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns delete: %v %s", err, out)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the namespace to disappear", func() bool { return !r.amp.Exists() })
+
+	r.env.Start()
+	if !r.amp.Exists() {
+		t.Fatalf("namespace not recreated\n%s", r.env.Output())
+	}
+	if after := r.state(t); after != before {
+		t.Errorf("state after the reboot differs\n--- after\n%s\n--- before\n%s\nagent output:\n%s", after, before, r.env.Output())
+	}
+	r.haproxy(t)
+	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
+		t.Errorf("after the reboot the IPv4 VIP answered %q", got)
+	}
+	if got := r.get(t, "http://["+netVIP6+"]:80/"); got != "member-1" {
+		t.Errorf("after the reboot the IPv6 VIP answered %q", got)
+	}
+	r.blocked(t, net.JoinHostPort(netVIP, "8080"))
+	if t.Failed() {
+		t.Logf("agent output:\n%s", r.env.Output())
+	}
+}
+
+// defaultNamespaceAddr is a non-loopback address of the test's own
+// namespace, to show the lookup never searches there ("" if none).
+func defaultNamespaceAddr() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
