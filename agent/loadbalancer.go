@@ -9,6 +9,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/certs"
 	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/keepalived"
 )
 
 // Load balancer actions the controller may ask for.
@@ -50,6 +51,15 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 	if lbID(id) != nil || !a.lbStore.Exists(id) {
 		return "", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+id)
 	}
+	if a.Config().ActiveStandby() {
+		excluded := ""
+		if action == actionStop {
+			excluded = id
+		}
+		if err := a.updateVRRPCheck(excluded); err != nil {
+			return "", err
+		}
+	}
 	started := action == actionStart
 	var err error
 	switch action {
@@ -90,6 +100,27 @@ func (a *Agent) advertiseVIPs(ctx context.Context, lb string) {
 	}
 }
 
+func (a *Agent) checkScripts() keepalived.CheckScripts {
+	return keepalived.CheckScripts{Base: a.lbStore.Layout.Base}
+}
+
+// updateVRRPCheck rewrites keepalived's HAProxy check for every stored
+// load balancer except excluded (one being stopped or deleted).
+func (a *Agent) updateVRRPCheck(excluded string) error {
+	lbs, err := a.haproxyLayout().LoadBalancers()
+	if err != nil {
+		return fault.Internalf("listing load balancers: %w", err)
+	}
+	lvs, err := a.lvsLayout().Listeners()
+	if err != nil {
+		return fault.Internalf("listing LVS listeners: %w", err)
+	}
+	if err := a.checkScripts().UpdateHAProxyCheck(lbs, excluded, lvs, a.haproxyLayout().SocketPath); err != nil {
+		return fault.Internalf("writing the VRRP check script: %w", err)
+	}
+	return nil
+}
+
 // DeleteListener stops a load balancer and removes its config, socket and
 // certificates. Unknown ids succeed: the controller repeats deletes.
 func (a *Agent) DeleteListener(ctx context.Context, id string) error {
@@ -98,6 +129,11 @@ func (a *Agent) DeleteListener(ctx context.Context, id string) error {
 	}
 	if err := a.lbs.Delete(ctx, id); err != nil {
 		return err
+	}
+	if a.checkScripts().VRRPInUse() {
+		if err := a.updateVRRPCheck(id); err != nil {
+			a.log.Warn("updating the VRRP check script", zap.String("lb", id), zap.Error(err))
+		}
 	}
 	if err := a.certStore().RemoveAll(id, lbID); err != nil {
 		a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -79,6 +81,13 @@ func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 				if err != nil || got != s.details {
 					t.Fatalf("%s: %q, %v; want %q", s.action, got, err, s.details)
 				}
+				if topology == "ACTIVE_STANDBY" && s.action == "Stop" {
+					// A stopped LB is left out of keepalived's check.
+					script, _ := os.ReadFile(filepath.Join(dir, "lib", "vrrp", "check_scripts", "haproxy_check_script.sh"))
+					if string(script) != "haproxy-vrrp-check ; exit $?" {
+						t.Fatalf("check script after stop: %q", script)
+					}
+				}
 			}
 			if want := []string{"reload lb1", "reload lb1", "stop lb1", "start lb1"}; !reflect.DeepEqual(lbs.calls, want) {
 				t.Fatalf("calls %v, want %v", lbs.calls, want)
@@ -91,6 +100,16 @@ func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 			}
 			if !reflect.DeepEqual(advertised, want) {
 				t.Fatalf("advertised %v, want %v", advertised, want)
+			}
+			// ACTIVE_STANDBY keeps keepalived's HAProxy check current; the
+			// last action was a start, so the LB's socket is listed.
+			script, err := os.ReadFile(filepath.Join(dir, "lib", "vrrp", "check_scripts", "haproxy_check_script.sh"))
+			if topology == "SINGLE" {
+				if err == nil {
+					t.Fatal("check script written in SINGLE topology")
+				}
+			} else if want := "haproxy-vrrp-check " + filepath.Join(dir, "lib", "lb1.sock") + "; exit $?"; string(script) != want {
+				t.Fatalf("check script %q (%v), want %q", script, err, want)
 			}
 		})
 	}

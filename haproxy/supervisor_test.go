@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"strconv"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 )
 
@@ -217,8 +219,9 @@ func TestSupervisorRollsBackAFailedStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = sup.Start(ctx, "lb1")
-	if err == nil {
-		t.Fatal("start of an unbindable config succeeded")
+	fe, ok := fault.As(err)
+	if !ok || fe.Kind != fault.KindInternal || fe.Message != "Error starting haproxy" || !strings.Contains(fe.Details, "cannot bind") {
+		t.Fatalf("start of an unbindable config: %v", err)
 	}
 	waitAnswer(t, port, "gen1")
 	cfg, _ := os.ReadFile(st.Layout.ConfigPath("lb1"))

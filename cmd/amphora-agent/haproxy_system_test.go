@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -129,6 +131,11 @@ func (f *lbFixture) upload(cfg string) (int, string) {
 	return status, string(body)
 }
 
+func md5hex(data []byte) string {
+	sum := md5.Sum(data)
+	return hex.EncodeToString(sum[:])
+}
+
 func (f *lbFixture) action(action string) (int, string) {
 	status, _, body := f.env.Do("PUT", "/1.0/loadbalancer/"+testLB+"/"+action, nil)
 	return status, string(body)
@@ -178,6 +185,31 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
 
+	// The upload's ETag is the md5 of the body as sent, group line and all.
+	sent := strings.Replace(f.config(1), "    user nobody\n", "    user nobody\n    group nogroup\n", 1)
+	req, _ := http.NewRequest("PUT", f.env.URL("/1.0/loadbalancer/"+f.env.AmphoraID+"/"+testLB+"/haproxy"), strings.NewReader(sent))
+	resp, err := f.env.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 || resp.Header.Get("ETag") != md5hex([]byte(sent)) {
+		t.Fatalf("upload: %d ETag %q, want md5 %s", resp.StatusCode, resp.Header.Get("ETag"), md5hex([]byte(sent)))
+	}
+
+	// Every config-loading invocation carries -L <peer> and both -f files.
+	args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", f.masterPID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdline := strings.ReplaceAll(string(args), "\x00", " ")
+	for _, want := range []string{"-L gKgNP6rvBlLsqsp3uMm99B0Xycw", "-f " + filepath.Join(f.base(), testLB, "haproxy.cfg"),
+		"-f " + f.env.Path("lib", "haproxy-default-user-group.conf"), "-Ws", "-p " + f.pidPath()} {
+		if !strings.Contains(cmdline, want) {
+			t.Errorf("master command line %q lacks %q", cmdline, want)
+		}
+	}
+
 	cfgFile := filepath.Join(f.base(), testLB, "haproxy.cfg")
 	before, _ := os.ReadFile(cfgFile)
 	status, body := f.upload(f.config(2, "this-is-not-a-keyword"))
@@ -194,9 +226,16 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 		t.Fatalf("after an invalid upload: gen %q, %v", g, err)
 	}
 	// GET returns the stored config with its md5 as ETag.
-	status, ctype, cfg := f.env.Do("GET", "/1.0/loadbalancer/"+testLB+"/haproxy", nil)
-	if status != 200 || ctype != "text/plain; charset=UTF-8" || string(cfg) != string(before) {
-		t.Fatalf("GET haproxy: %d %s", status, ctype)
+	req, _ = http.NewRequest("GET", f.env.URL("/1.0/loadbalancer/"+testLB+"/haproxy"), nil)
+	resp, err = f.env.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/plain; charset=UTF-8" ||
+		string(cfg) != string(before) || resp.Header.Get("ETag") != md5hex(before) || strings.Contains(string(cfg), "group nogroup") {
+		t.Fatalf("GET haproxy: %d %s ETag %s", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("ETag"))
 	}
 }
 
@@ -335,6 +374,22 @@ func TestHAProxySurvivesAgentRestart(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Fatalf("%d requests failed while the agent restarted", failed.Load())
 	}
+}
+
+// TestHAProxyRestoredAfterReboot: the agent and every HAProxy are gone (a
+// reboot); the new agent starts the load balancer without any call.
+func TestHAProxyRestoredAfterReboot(t *testing.T) {
+	f := newLBFixture(t)
+	f.startServing()
+	f.env.Stop()
+	f.killHAProxy()
+	testenv.WaitFor(t, 5*time.Second, "HAProxy gone", func() bool {
+		_, err := f.get(f.lb.HTTPClient(false))
+		return err != nil
+	})
+	f.env.Start()
+	took := f.waitServing("the load balancer restored at start-up", "1")
+	t.Logf("serving again %v after the agent started", took.Round(time.Millisecond))
 }
 
 func TestHAProxyRuntimeFailureRestoresLastGood(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 )
 
@@ -27,11 +28,27 @@ type subcommand struct {
 
 // subcommands is the table later features add to.
 var subcommands = map[string]subcommand{
-	"interface": {summary: "up|down <name|all>: apply or remove interface files in the namespace", run: runInterface},
+	"interface":          {summary: "up|down <name|all>: apply or remove interface files in the namespace", run: runInterface},
+	"haproxy-vrrp-check": {summary: "<stats socket>...: keepalived's HAProxy health check", run: runVRRPCheck},
+}
+
+// aliases are the names image scripts call: a symlink with one of these
+// names runs the subcommand (busybox style).
+var aliases = map[string]string{
+	"amphora-interface":  "interface",
+	"haproxy-vrrp-check": "haproxy-vrrp-check",
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(argsFor(os.Args), os.Stdout, os.Stderr))
+}
+
+// argsFor turns an invocation through an alias into its subcommand.
+func argsFor(argv []string) []string {
+	if sub, ok := aliases[filepath.Base(argv[0])]; ok {
+		return append([]string{sub}, argv[1:]...)
+	}
+	return argv[1:]
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

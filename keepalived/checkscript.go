@@ -1,0 +1,64 @@
+package keepalived
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+)
+
+// CheckScripts manages <base_path>/vrrp/check_scripts: keepalived's
+// vrrp_script runs every file there and sums their exit codes, so an
+// amphora whose HAProxy stopped answering gives up MASTER.
+type CheckScripts struct {
+	Base string
+}
+
+func (c CheckScripts) Dir() string { return filepath.Join(c.Base, "vrrp", "check_scripts") }
+
+// HAProxyScriptPath is the script that checks every load balancer's stats
+// socket.
+func (c CheckScripts) HAProxyScriptPath() string {
+	return filepath.Join(c.Dir(), "haproxy_check_script.sh")
+}
+
+// VRRPInUse reports whether a VRRP config was ever uploaded (upstream
+// looks for the top-level check script).
+func (c CheckScripts) VRRPInUse() bool {
+	_, err := os.Stat(filepath.Join(c.Base, "vrrp", "check_script.sh"))
+	return err == nil
+}
+
+// UpdateHAProxyCheck rewrites the HAProxy check script for the load
+// balancers lbs (excluding one that is being stopped), as upstream does:
+// with no load balancer and no LVS listener the script fails (keepalived
+// must not claim MASTER with nothing to serve); with only LVS listeners it
+// is removed (their own check covers them).
+func (c CheckScripts) UpdateHAProxyCheck(lbs []string, excluded string, lvsListeners []string, socketPath func(lb string) string) error {
+	if err := os.MkdirAll(c.Dir(), 0o755); err != nil {
+		return err
+	}
+	path := c.HAProxyScriptPath()
+	if len(lbs) == 0 {
+		if len(lvsListeners) > 0 {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		}
+		return fsutil.WriteFile(path, []byte("exit 1"), 0o644)
+	}
+	// Like upstream, excluding the last load balancer leaves a check with
+	// no sockets, which passes.
+	socks := make([]string, 0, len(lbs))
+	for _, lb := range lbs {
+		if lb != excluded {
+			socks = append(socks, socketPath(lb))
+		}
+	}
+	slices.Sort(socks)
+	return fsutil.WriteFile(path, []byte("haproxy-vrrp-check "+strings.Join(socks, " ")+"; exit $?"), 0o644)
+}
