@@ -2,9 +2,9 @@ package agent
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"net/netip"
 	"reflect"
 	"strings"
 	"sync"

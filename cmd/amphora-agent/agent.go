@@ -20,6 +20,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent"
 	"github.com/amphora-agent/amphora-agent/agent/api"
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/certs"
 )
@@ -108,6 +109,11 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 			log.Error("restoring load balancers", zap.Error(err))
 		}
 	}()
+	// Heartbeats: the first at once, then every heartbeat_interval; key,
+	// destinations and interval follow PUT /1.0/config and SIGHUP.
+	heartbeat := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
+	a.OnConfig(heartbeat.SetConfig)
+	go heartbeat.Run(ctx)
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
 	if err != nil {

@@ -118,18 +118,25 @@ func Start(t testing.TB, o Options) *Process {
 
 func (p *Process) waitFor(timeout time.Duration, what string, cond func() bool) {
 	p.t.Helper()
+	if err := p.wait(timeout, what, cond); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *Process) wait(timeout time.Duration, what string, cond func() bool) error {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		select {
 		case <-p.done:
-			p.t.Fatalf("haproxy exited while waiting for %s: %v\n%s", what, p.cmd.ProcessState, p.out.String())
+			return fmt.Errorf("haproxy exited while waiting for %s: %v\n%s", what, p.cmd.ProcessState, p.out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("haproxy: timed out after %v waiting for %s\n%s", timeout, what, p.out.String())
+			return fmt.Errorf("haproxy: timed out after %v waiting for %s\n%s", timeout, what, p.out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return nil
 }
 
 // Pid is the master's pid.
@@ -181,23 +188,34 @@ func (p *Process) ShowProc() (Proc, error) {
 }
 
 // Reload sends SIGUSR2 to the master and waits until the master has
-// re-executed (its reload count passed `want`) and runs a new worker.
-// It returns the new reload count.
+// re-executed (its reload count went up) and runs a new worker. It returns
+// the new reload count.
 func (p *Process) Reload() int {
 	p.t.Helper()
-	before, err := p.ShowProc()
+	n, err := p.TryReload()
 	if err != nil {
-		p.t.Fatalf("show proc before reload: %v", err)
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		p.t.Fatal(err)
 	}
+	return n
+}
+
+// TryReload is Reload for goroutines other than the test's: it returns
+// the error instead of failing the test.
+func (p *Process) TryReload() (int, error) {
+	before, err := p.ShowProc()
+	if err != nil {
+		return 0, fmt.Errorf("show proc before reload: %w", err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return 0, err
+	}
 	var now Proc
-	p.waitFor(15*time.Second, "the reload", func() bool {
+	err = p.wait(15*time.Second, "the reload", func() bool {
+		var err error
 		now, err = p.ShowProc()
 		return err == nil && now.Reloads > before.Reloads && now.Workers > 0
 	})
-	return now.Reloads
+	return now.Reloads, err
 }
 
 // Stop ends HAProxy and its workers: SIGTERM to the process group, SIGKILL
