@@ -1,0 +1,173 @@
+package health
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+)
+
+// CountersFile is the counter file's name under base_path, the same file
+// the Python agent keeps, so an in-place upgrade keeps counting correctly.
+const CountersFile = "stats_counters.json"
+
+// countersMode is upstream's mode for the file: owner rw, group r.
+const countersMode = 0o640
+
+// The metrics sent as deltas, with HAProxy's names (the file's keys).
+const (
+	metricBin  = "bin"
+	metricBout = "bout"
+	metricEreq = "ereq"
+	metricStot = "stot"
+)
+
+// Counters holds, per listener, the last absolute value of each delta
+// metric. Entries of deleted listeners are kept, as upstream does.
+type Counters struct {
+	m       map[string]map[string]int64
+	written []byte // what the file holds after the last successful Save
+}
+
+// NewCounters is an empty state.
+func NewCounters() *Counters { return &Counters{m: map[string]map[string]int64{}} }
+
+// CountersPath is the counter file of base_path.
+func CountersPath(base string) string { return filepath.Join(base, CountersFile) }
+
+// LoadCounters reads the counter file. A missing file is an empty state; a
+// corrupt one is an empty state and an error to log (upstream starts from
+// scratch too, which resends the absolute totals once).
+func LoadCounters(path string) (*Counters, error) {
+	c := NewCounters()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return c, nil
+	}
+	var m map[string]map[string]int64
+	if err := json.Unmarshal(data, &m); err != nil {
+		return c, &os.PathError{Op: "parse", Path: path, Err: err}
+	}
+	for id, metrics := range m {
+		if metrics == nil {
+			metrics = map[string]int64{}
+		}
+		c.m[id] = metrics
+	}
+	return c, nil
+}
+
+type deltas struct{ bin, bout, ereq, stot int64 }
+
+// deltas stores l's absolute counters and returns how much each grew since
+// the stored values; a counter that went down (HAProxy restarted, IPVS
+// counters reset) reports its current value.
+func (c *Counters) deltas(l ListenerReading) deltas {
+	return deltas{
+		bin:  c.Delta(l.ID, metricBin, l.Bin),
+		bout: c.Delta(l.ID, metricBout, l.Bout),
+		ereq: c.Delta(l.ID, metricEreq, l.Ereq),
+		stot: c.Delta(l.ID, metricStot, l.Stot),
+	}
+}
+
+// Delta records current as the last value of listener's metric and
+// returns current − last, or current when that is negative.
+func (c *Counters) Delta(listener, metric string, current uint64) int64 {
+	cur := clamp(current)
+	lc := c.m[listener]
+	if lc == nil {
+		lc = map[string]int64{}
+		c.m[listener] = lc
+	}
+	last := max(lc[metric], 0)
+	lc[metric] = cur
+	if d := cur - last; d >= 0 {
+		return d
+	}
+	return cur
+}
+
+// Last returns the stored value of listener's metric.
+func (c *Counters) Last(listener, metric string) (int64, bool) {
+	v, ok := c.m[listener][metric]
+	return v, ok
+}
+
+// Marshal renders the state as upstream writes it: one JSON object,
+// listener → {"bin": n, "bout": n, "ereq": n, "stot": n}, with Python's
+// separators; listeners sorted so the output is stable.
+func (c *Counters) Marshal() []byte {
+	ids := make([]string, 0, len(c.m))
+	for id := range c.m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeKey(&b, id)
+		b.WriteByte('{')
+		metrics := make([]string, 0, len(c.m[id]))
+		for k := range c.m[id] {
+			metrics = append(metrics, k)
+		}
+		sort.Strings(metrics)
+		for j, k := range metrics {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			writeKey(&b, k)
+			b.WriteString(strconv.FormatInt(c.m[id][k], 10))
+		}
+		b.WriteByte('}')
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func writeKey(b *bytes.Buffer, k string) {
+	q, _ := json.Marshal(k)
+	b.Write(q)
+	b.WriteString(": ")
+}
+
+// Save writes the state to path atomically (temp file, fsync, rename) with
+// mode 0640. It skips the write when the file already holds exactly this
+// state from an earlier Save.
+func (c *Counters) Save(path string) error {
+	data := c.Marshal()
+	if c.written != nil && bytes.Equal(data, c.written) {
+		return nil
+	}
+	if err := fsutil.WriteFile(path, data, countersMode); err != nil {
+		return err
+	}
+	c.written = data
+	return nil
+}
+
+// clamp converts a counter to int64, saturating (a JSON integer the HM's
+// database accepts).
+func clamp(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}

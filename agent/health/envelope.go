@@ -1,0 +1,157 @@
+package health
+
+import (
+	"bytes"
+	"compress/zlib"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// MaxDatagram is the largest UDP payload IPv4 can carry; a bigger heartbeat
+// cannot be sent (upstream then silently stops heartbeating).
+const MaxDatagram = 65507
+
+// Tag lengths: the agent sends the hex form; agents before Octavia 3.0 sent
+// the raw digest, which the HM still accepts.
+const (
+	hexTagLen = 2 * sha256.Size
+	rawTagLen = sha256.Size
+)
+
+// Encoder wraps messages, reusing its compressor between heartbeats.
+type Encoder struct {
+	zw  *zlib.Writer
+	buf bytes.Buffer
+}
+
+// Encode serializes msg to JSON and wraps it (see Wrap). The returned slice
+// is valid until the next call.
+func (e *Encoder) Encode(msg Message, key string) ([]byte, error) {
+	doc, err := json.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	return e.Wrap(doc, key)
+}
+
+// Wrap builds the datagram: zlib (level 9) of doc, then the 64 lowercase
+// hex characters of HMAC-SHA256 over the compressed bytes with the UTF-8
+// key. The returned slice is valid until the next call.
+func (e *Encoder) Wrap(doc []byte, key string) ([]byte, error) {
+	e.buf.Reset()
+	if e.zw == nil {
+		zw, err := zlib.NewWriterLevel(&e.buf, zlib.BestCompression)
+		if err != nil {
+			return nil, err
+		}
+		e.zw = zw
+	} else {
+		e.zw.Reset(&e.buf)
+	}
+	if _, err := e.zw.Write(doc); err != nil {
+		return nil, err
+	}
+	if err := e.zw.Close(); err != nil {
+		return nil, err
+	}
+	n := e.buf.Len()
+	e.buf.Grow(hexTagLen)
+	out := e.buf.Bytes()[:n+hexTagLen]
+	hex.Encode(out[n:], sign(key, out[:n]))
+	return out, nil
+}
+
+// Wrap is Encoder.Wrap with a fresh encoder; the result is the caller's.
+func Wrap(doc []byte, key string) ([]byte, error) {
+	var e Encoder
+	out, err := e.Wrap(doc, key)
+	return bytes.Clone(out), err
+}
+
+func sign(key string, payload []byte) []byte {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write(payload)
+	return m.Sum(nil)
+}
+
+// Format is how a datagram's tag was written.
+type Format int
+
+const (
+	FormatHex Format = iota + 1 // 64 hex characters (what agents send)
+	FormatRaw                   // 32-byte digest (agents before Octavia 3.0)
+)
+
+// ErrInvalid is a datagram the HM would drop.
+var ErrInvalid = errors.New("invalid heartbeat")
+
+// Unwrap decodes a datagram the way the HM's receiver does: first with a
+// hex tag (the last 64 bytes), and if anything in that fails, again with a
+// raw tag (the last 32 bytes). The tag is compared in constant time with
+// the HMAC of everything before it; then the payload is zlib-decompressed,
+// must be UTF-8 and must be a JSON object. It returns the JSON document.
+func Unwrap(datagram []byte, key string) ([]byte, Format, error) {
+	doc, hexErr := open(datagram, key, hexTagLen)
+	if hexErr == nil {
+		return doc, FormatHex, nil
+	}
+	doc, rawErr := open(datagram, key, rawTagLen)
+	if rawErr == nil {
+		return doc, FormatRaw, nil
+	}
+	return nil, 0, fmt.Errorf("%w: hex tag: %v; raw tag: %v", ErrInvalid, hexErr, rawErr)
+}
+
+func open(d []byte, key string, tagLen int) ([]byte, error) {
+	// Python's d[:-n] and d[-n:] on a datagram shorter than n: nothing and
+	// everything.
+	payload, tag := []byte(nil), d
+	if len(d) >= tagLen {
+		payload, tag = d[:len(d)-tagLen], d[len(d)-tagLen:]
+	}
+	want := sign(key, payload)
+	if tagLen == hexTagLen {
+		want = []byte(hex.EncodeToString(want))
+	}
+	if !hmac.Equal(tag, want) {
+		return nil, errors.New("tag mismatch")
+	}
+	zr, err := zlib.NewReader(bytes.NewReader(payload))
+	if err != nil {
+		return nil, fmt.Errorf("zlib: %w", err)
+	}
+	doc, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("zlib: %w", err)
+	}
+	if !utf8.Valid(doc) {
+		return nil, errors.New("payload is not UTF-8")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("payload is not a JSON object: %v", err)
+	}
+	return doc, nil
+}
+
+// Decode unwraps a datagram and decodes it as a Message (for tests and
+// tools; the HM itself only needs Unwrap's checks).
+func Decode(datagram []byte, key string) (Message, error) {
+	doc, _, err := Unwrap(datagram, key)
+	if err != nil {
+		return Message{}, err
+	}
+	var m Message
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return Message{}, err
+	}
+	return m, nil
+}

@@ -1,0 +1,247 @@
+// Package health builds and sends the heartbeats the Octavia health
+// manager (HM) reads: the version 3 status message, its envelope (zlib and
+// a hex HMAC-SHA256), the counter deltas persisted across restarts, and the
+// UDP sender loop. The wire contract is health-and-config.md §1-3.
+package health
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+)
+
+// Version is the message format version the agent sends (counters are
+// deltas since version 3).
+const Version = 3
+
+// Message is one heartbeat. Every key is always present: the HM fails on a
+// message without `listeners` or `pools`.
+type Message struct {
+	ID        string              `json:"id"`
+	Seq       uint64              `json:"seq"`
+	Listeners map[string]Listener `json:"listeners"`
+	Pools     map[string]Pool     `json:"pools"`
+	Ver       int                 `json:"ver"`
+}
+
+// Listener is a listener's entry: its status (OPEN, FULL, STOP, ...) and
+// its statistics.
+type Listener struct {
+	Status string `json:"status"`
+	Stats  Stats  `json:"stats"`
+}
+
+// Stats are a listener's statistics: Conns is absolute, the others are
+// deltas since the previous heartbeat. All are non-negative.
+type Stats struct {
+	TX       int64 `json:"tx"`
+	RX       int64 `json:"rx"`
+	Conns    int64 `json:"conns"`
+	TotConns int64 `json:"totconns"`
+	Ereq     int64 `json:"ereq"`
+}
+
+// Pool is a pool's entry: UP or DOWN, and member id → status string.
+type Pool struct {
+	Status  string            `json:"status"`
+	Members map[string]string `json:"members"`
+}
+
+// MarshalJSON writes empty collections as {} (never null).
+func (m Message) MarshalJSON() ([]byte, error) {
+	type plain Message
+	if m.Listeners == nil {
+		m.Listeners = map[string]Listener{}
+	}
+	if m.Pools == nil {
+		m.Pools = map[string]Pool{}
+	}
+	return json.Marshal(plain(m))
+}
+
+// MarshalJSON writes a pool without members as {"members": {}}.
+func (p Pool) MarshalJSON() ([]byte, error) {
+	type plain Pool
+	if p.Members == nil {
+		p.Members = map[string]string{}
+	}
+	return json.Marshal(plain(p))
+}
+
+// Reading is what one source (an LB's HAProxy, or the LVS listeners)
+// reported at one moment, with absolute counters, in report order.
+type Reading struct {
+	Listeners []ListenerReading
+	Pools     []PoolReading
+	// Skipped names backends left out because their name is not
+	// <pool>:<listener> or they had no BACKEND row.
+	Skipped []string
+}
+
+// ListenerReading is one listener with HAProxy's counter names.
+type ListenerReading struct {
+	ID     string
+	Status string
+	Bin    uint64 // bytes from clients → rx
+	Bout   uint64 // bytes to clients → tx
+	Scur   uint64 // current sessions → conns
+	Stot   uint64 // cumulative sessions → totconns
+	Ereq   uint64 // request errors → ereq
+}
+
+// PoolReading is one pool: Key is `<pool>:<listener>` for HAProxy backends
+// and the bare pool id for LVS listeners.
+type PoolReading struct {
+	Key     string
+	Status  string
+	Members []MemberReading
+}
+
+// MemberReading is one member and its status string.
+type MemberReading struct {
+	ID     string
+	Status string
+}
+
+// Status strings the agent produces or rewrites.
+const (
+	StatusUp    = "UP"
+	StatusDrain = "DRAIN"
+	StatusOpen  = "OPEN"
+)
+
+// excluded reports whether a proxy is internal and must never be reported
+// (the Prometheus exporter frontend and backend the controller renders).
+func excluded(pxname string) bool { return strings.Contains(pxname, "prometheus") }
+
+// FromRows turns the rows of `show stat -1 -1 -1` into a Reading:
+//   - rows of proxies whose name contains "prometheus" are dropped;
+//   - each FRONTEND row is a listener (status verbatim, counters parsed);
+//   - other rows are grouped by backend: the BACKEND row gives the pool
+//     status, every server row a member with its status verbatim, except
+//     that exactly "UP" with weight exactly "0" is DRAIN (Octavia drains
+//     a member by setting its weight to 0).
+//
+// A backend whose name is not <pool>:<listener> or that has no BACKEND row
+// is skipped and named in Skipped. A FRONTEND row with an unparsable
+// counter fails the whole reading: guessing would corrupt the deltas.
+func FromRows(rows []stats.Row) (Reading, error) {
+	var r Reading
+	pools := map[string]int{} // backend name → index in r.Pools
+	hasBackendRow := map[string]bool{}
+	for _, row := range rows {
+		px := row.PxName()
+		if excluded(px) {
+			continue
+		}
+		switch sv := row.SvName(); sv {
+		case stats.Frontend:
+			l := ListenerReading{ID: px, Status: row.Status()}
+			var err error
+			for _, c := range []struct {
+				col string
+				dst *uint64
+			}{{stats.ColBin, &l.Bin}, {stats.ColBout, &l.Bout}, {stats.ColScur, &l.Scur}, {stats.ColStot, &l.Stot}, {stats.ColEreq, &l.Ereq}} {
+				if *c.dst, err = row.Uint(c.col); err != nil {
+					return Reading{}, err
+				}
+			}
+			r.Listeners = append(r.Listeners, l)
+		default:
+			i, ok := pools[px]
+			if !ok {
+				i = len(r.Pools)
+				pools[px] = i
+				r.Pools = append(r.Pools, PoolReading{Key: px})
+			}
+			if sv == stats.Backend {
+				r.Pools[i].Status = row.Status()
+				hasBackendRow[px] = true
+				continue
+			}
+			status := row.Status()
+			if status == StatusUp && row.Get(stats.ColWeight) == "0" {
+				status = StatusDrain
+			}
+			r.Pools[i].Members = append(r.Pools[i].Members, MemberReading{ID: sv, Status: status})
+		}
+	}
+	kept := r.Pools[:0]
+	for _, p := range r.Pools {
+		if !hasBackendRow[p.Key] || strings.Count(p.Key, ":") != 1 {
+			r.Skipped = append(r.Skipped, p.Key)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	r.Pools = kept
+	return r, nil
+}
+
+// counts sums what a message carries, for log lines.
+type counts struct {
+	LoadBalancers, Listeners, Pools, Members int
+}
+
+// Builder assembles messages: it numbers them and turns absolute counters
+// into deltas.
+type Builder struct {
+	seq      uint64
+	counters *Counters
+}
+
+// NewBuilder starts numbering at 0 and takes deltas against counters.
+func NewBuilder(counters *Counters) *Builder {
+	if counters == nil {
+		counters = NewCounters()
+	}
+	return &Builder{counters: counters}
+}
+
+// Counters is the delta state the builder updates.
+func (b *Builder) Counters() *Counters { return b.counters }
+
+// Build makes the next message from the readings of the load balancers
+// (in order) and then the LVS listeners. It consumes one sequence number.
+func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
+	msg := Message{
+		ID:        amphoraID,
+		Seq:       b.seq,
+		Listeners: map[string]Listener{},
+		Pools:     map[string]Pool{},
+		Ver:       Version,
+	}
+	b.seq++
+	for _, r := range readings {
+		for _, l := range r.Listeners {
+			d := b.counters.deltas(l)
+			msg.Listeners[l.ID] = Listener{Status: l.Status, Stats: Stats{
+				TX: d.bout, RX: d.bin, Conns: clamp(l.Scur), TotConns: d.stot, Ereq: d.ereq,
+			}}
+		}
+		for _, p := range r.Pools {
+			members := make(map[string]string, len(p.Members))
+			for _, m := range p.Members {
+				members[m.ID] = m.Status
+			}
+			msg.Pools[p.Key] = Pool{Status: p.Status, Members: members}
+		}
+	}
+	return msg
+}
+
+// NextSeq is the number the next built message will carry.
+func (b *Builder) NextSeq() uint64 { return b.seq }
+
+func countReadings(lbs int, readings []Reading) counts {
+	c := counts{LoadBalancers: lbs}
+	for _, r := range readings {
+		c.Listeners += len(r.Listeners)
+		c.Pools += len(r.Pools)
+		for _, p := range r.Pools {
+			c.Members += len(p.Members)
+		}
+	}
+	return c
+}

@@ -1,0 +1,135 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
+)
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// The reload race (issue requirement 5) against a real HAProxy in
+// master-worker mode, laid out under base_path as the controller's config
+// would be: while the master is reloaded with SIGUSR2 back to back, every
+// heartbeat built reports all the LB's listeners.
+func TestReloadRaceRealHAProxy(t *testing.T) {
+	const lb = "6f1c2b3a-9d8e-4f70-a1b2-c3d4e5f60718"
+	listenerIDs := []string{
+		"1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6",
+		"7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d",
+		"a0b1c2d3-e4f5-4a6b-8c7d-9e0f1a2b3c4d",
+	}
+	base := shortDir(t)
+	layout := haproxy.Layout{Base: base}
+	if err := os.MkdirAll(layout.Dir(lb), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	member := freeTCPPort(t)
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, `global
+    maxconn 200
+    stats socket %s mode 0666 level user
+
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+`, layout.SocketPath(lb))
+	for i, l := range listenerIDs {
+		fmt.Fprintf(&cfg, `
+frontend %[1]s
+    bind 127.0.0.1:%[2]d
+    default_backend pool-%[3]d:%[1]s
+
+backend pool-%[3]d:%[1]s
+    server member-%[3]d 127.0.0.1:%[4]d
+`, l, freeTCPPort(t), i, member)
+	}
+	hp := haproxytest.Start(t, haproxytest.Options{
+		Config: cfg.String(), Dir: base, ConfigPath: layout.ConfigPath(lb), PidFile: layout.PidPath(lb),
+		StatsSocket: layout.SocketPath(lb),
+	})
+	if !layout.Running(lb) {
+		t.Fatalf("the layout does not see HAProxy (pid %d) running", hp.Pid())
+	}
+
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	log, logs := observed()
+	s := New(Options{Config: testConfig(base, hm.dest()), Log: log, LVS: NoLVS{}})
+	ctx := context.Background()
+
+	const reloads = 30
+	var done atomic.Bool
+	reloadErr := make(chan error, 1)
+	go func() {
+		defer done.Store(true)
+		for range reloads {
+			if _, err := hp.TryReload(); err != nil {
+				reloadErr <- err
+				return
+			}
+		}
+	}()
+	heartbeats, short := 0, 0
+	deadline := time.Now().Add(2 * time.Minute)
+	for !done.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("reloads did not finish in 2 minutes")
+		}
+		s.Cycle(ctx)
+		m := hm.next(5*time.Second, testKey)
+		heartbeats++
+		if len(m.Listeners) != len(listenerIDs) || len(m.Pools) != len(listenerIDs) {
+			short++
+			t.Errorf("heartbeat %d during reloads: %d listeners, %d pools; want %d each", m.Seq, len(m.Listeners), len(m.Pools), len(listenerIDs))
+		}
+	}
+	select {
+	case err := <-reloadErr:
+		t.Fatalf("reload failed: %v", err)
+	default:
+	}
+	proc, err := hp.ShowProc()
+	if err != nil || proc.Reloads < reloads {
+		t.Fatalf("master reloaded %d times (%v), want %d", proc.Reloads, err, reloads)
+	}
+	retried := logs.FilterMessage("stats read succeeded after retrying").Len()
+	cached := logs.FilterMessage("HAProxy stats unavailable; the previous reading stands in once").Len()
+	left := logs.FilterMessage("HAProxy stats unavailable; the load balancer is left out of this heartbeat").Len()
+	pidRewrites := logs.FilterMessage("pid file unreadable for a moment (reload); the load balancer still runs").Len()
+	t.Logf("%d reloads, %d heartbeats built during them: %d caught the pid file being rewritten, %d reads needed a retry, %d used the previous reading, %d left the LB out, %d short",
+		proc.Reloads, heartbeats, pidRewrites, retried, cached, left, short)
+	for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
+		t.Logf("warning: %s %v", e.Message, e.ContextMap())
+	}
+
+	// Stopped: the LB leaves the heartbeat at once, no cached stand-in.
+	hp.Stop()
+	s.Cycle(ctx)
+	if m := hm.next(5*time.Second, testKey); len(m.Listeners) != 0 {
+		t.Fatalf("stopped LB still reported: %v", m.Listeners)
+	}
+	if _, err := os.Stat(filepath.Join(base, CountersFile)); err != nil {
+		t.Error(err)
+	}
+}

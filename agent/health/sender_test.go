@@ -1,0 +1,853 @@
+package health
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+	"github.com/amphora-agent/amphora-agent/keepalived"
+)
+
+const testKey = "insecure"
+
+// receiver is a health manager's socket on loopback.
+type receiver struct {
+	t    *testing.T
+	conn *net.UDPConn
+}
+
+func listen(t *testing.T, network, addr string) *receiver {
+	t.Helper()
+	ua, err := net.ResolveUDPAddr(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.ListenUDP(network, ua)
+	if err != nil {
+		t.Skipf("cannot listen on %s %s: %v", network, addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &receiver{t: t, conn: conn}
+}
+
+// dest is the receiver as a controller_ip_port_list item.
+func (r *receiver) dest() string { return r.conn.LocalAddr().String() }
+
+// next waits up to timeout for a datagram and decodes it with key.
+func (r *receiver) next(timeout time.Duration, key string) Message {
+	r.t.Helper()
+	d := r.raw(timeout)
+	if d == nil {
+		r.t.Fatalf("no heartbeat on %s within %v", r.dest(), timeout)
+	}
+	m, err := Decode(d, key)
+	if err != nil {
+		r.t.Fatalf("heartbeat on %s: %v", r.dest(), err)
+	}
+	return m
+}
+
+// raw returns the next datagram, or nil when none came within timeout.
+func (r *receiver) raw(timeout time.Duration) []byte {
+	buf := make([]byte, 1<<16)
+	r.conn.SetReadDeadline(time.Now().Add(timeout))
+	n, _, err := r.conn.ReadFromUDP(buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
+}
+
+// queued drains what is already queued: loopback delivery completes
+// within sendto, so a short read deadline finds everything sent so far.
+func (r *receiver) queued(key string) []uint64 {
+	r.t.Helper()
+	var seqs []uint64
+	for {
+		d := r.raw(20 * time.Millisecond)
+		if d == nil {
+			return seqs
+		}
+		m, err := Decode(d, key)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		seqs = append(seqs, m.Seq)
+	}
+}
+
+func testConfig(base string, dests ...string) *config.Config {
+	return &config.Config{
+		BasePath:             base,
+		AmphoraID:            sampleAmphora,
+		HeartbeatKey:         testKey,
+		HeartbeatInterval:    time.Hour,
+		ControllerIPPortList: dests,
+		Topology:             config.TopologySingle,
+	}
+}
+
+func observed() (*zap.Logger, *observer.ObservedLogs) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	return zap.New(core), logs
+}
+
+func newSender(t *testing.T, cfg *config.Config, log *zap.Logger, src HAProxySource) *Sender {
+	t.Helper()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return New(Options{Config: cfg, Log: log, HAProxy: src, LVS: NoLVS{}})
+}
+
+func withConfig(cfg *config.Config, edit func(*config.Config)) *config.Config {
+	c := *cfg
+	edit(&c)
+	return &c
+}
+
+// Without load balancers the first heartbeat (empty listeners and pools)
+// goes out at start-up, then one per heartbeat_interval; a new interval
+// applies to the wait under way (§7.8).
+func TestSenderRunsAtStartAndEveryInterval(t *testing.T) {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	cfg := testConfig(t.TempDir(), hm.dest()) // interval: one hour
+	s := newSender(t, cfg, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	first := hm.next(5*time.Second, testKey)
+	want := Message{ID: sampleAmphora, Seq: 0, Listeners: map[string]Listener{}, Pools: map[string]Pool{}, Ver: 3}
+	if !reflect.DeepEqual(first, want) {
+		t.Fatalf("first heartbeat %+v, want %+v", first, want)
+	}
+	// With an hour to wait, only a new interval brings the next one.
+	s.SetConfig(withConfig(cfg, func(c *config.Config) { c.HeartbeatInterval = 50 * time.Millisecond }))
+	var last time.Time
+	for seq := uint64(1); seq <= 4; seq++ {
+		m := hm.next(5*time.Second, testKey)
+		now := time.Now()
+		if m.Seq != seq || len(m.Listeners) != 0 || len(m.Pools) != 0 {
+			t.Fatalf("heartbeat %+v, want seq %d and nothing to report", m, seq)
+		}
+		if seq > 1 && now.Sub(last) < 40*time.Millisecond {
+			t.Errorf("heartbeats %d and %d %v apart, interval 50ms", seq-1, seq, now.Sub(last))
+		}
+		last = now
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
+	done <- nil
+}
+
+// The key is read from the live configuration for every datagram (§7.4).
+func TestSenderKeyFromLiveConfig(t *testing.T) {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	cfg := testConfig(t.TempDir(), hm.dest())
+	s := newSender(t, cfg, nil, nil)
+	ctx := context.Background()
+	s.Cycle(ctx)
+	if m := hm.next(time.Second, testKey); m.Seq != 0 {
+		t.Fatalf("seq %d", m.Seq)
+	}
+	s.SetConfig(withConfig(cfg, func(c *config.Config) { c.HeartbeatKey = "rotated" }))
+	s.Cycle(ctx)
+	d := hm.raw(time.Second)
+	if _, _, err := Unwrap(d, testKey); err == nil {
+		t.Fatal("the heartbeat after the key change verifies with the old key")
+	}
+	if m, err := Decode(d, "rotated"); err != nil || m.Seq != 1 {
+		t.Fatalf("with the new key: %+v, %v", m, err)
+	}
+}
+
+// Each heartbeat goes to exactly one destination, rotating in list order;
+// a changed list restarts the rotation at its first entry (§7.9).
+func TestSenderRoundRobin(t *testing.T) {
+	a, b, c := listen(t, "udp4", "127.0.0.1:0"), listen(t, "udp4", "127.0.0.1:0"), listen(t, "udp4", "127.0.0.1:0")
+	cfg := testConfig(t.TempDir(), a.dest(), b.dest(), c.dest())
+	s := newSender(t, cfg, nil, nil)
+	ctx := context.Background()
+	for range 5 {
+		s.Cycle(ctx)
+	}
+	got := [][]uint64{a.queued(testKey), b.queued(testKey), c.queued(testKey)}
+	if want := [][]uint64{{0, 3}, {1, 4}, {2}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("seqs per destination %v, want %v", got, want)
+	}
+	// Same list again (a new snapshot): the rotation goes on.
+	s.SetConfig(withConfig(cfg, func(*config.Config) {}))
+	s.Cycle(ctx)
+	if got := c.queued(testKey); !reflect.DeepEqual(got, []uint64{5}) {
+		t.Fatalf("unchanged list: c got %v, want [5]", got)
+	}
+	// A new list starts over at its head.
+	s.SetConfig(withConfig(cfg, func(cf *config.Config) { cf.ControllerIPPortList = []string{c.dest(), b.dest()} }))
+	for range 3 {
+		s.Cycle(ctx)
+	}
+	got = [][]uint64{a.queued(testKey), b.queued(testKey), c.queued(testKey)}
+	if want := [][]uint64{nil, {7}, {6, 8}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the list changed: %v, want %v", got, want)
+	}
+}
+
+// The destination forms of controller_ip_port_list (§7.10): a.b.c.d:p,
+// [v6]:p, unbracketed v6:p, fe80::…%zone:p and host names; IPv4 targets
+// use the AF_INET socket and IPv6 targets the AF_INET6 one.
+func TestSenderDestinationForms(t *testing.T) {
+	v4 := listen(t, "udp4", "127.0.0.1:0")
+	v6 := listen(t, "udp6", "[::1]:0")
+	p4 := v4.conn.LocalAddr().(*net.UDPAddr).Port
+	p6 := v6.conn.LocalAddr().(*net.UDPAddr).Port
+	conf := fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = 127.0.0.1:%d, [::1]:%d, ::1:%d, fe80::1%%lo:5555, localhost:%d, 2001:db8::10:5555\n", p4, p6, p6, p4)
+	cfg, _, err := config.Load([]config.Source{{Name: "t.conf", Data: []byte(conf)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantItems := []string{
+		fmt.Sprintf("127.0.0.1:%d", p4), fmt.Sprintf("[::1]:%d", p6), fmt.Sprintf("[::1]:%d", p6),
+		"[fe80::1%lo]:5555", fmt.Sprintf("localhost:%d", p4), "[2001:db8::10]:5555",
+	}
+	if !reflect.DeepEqual(cfg.ControllerIPPortList, wantItems) {
+		t.Fatalf("parsed %q, want %q", cfg.ControllerIPPortList, wantItems)
+	}
+	s := newSender(t, withConfig(testConfig(t.TempDir()), func(c *config.Config) {
+		c.ControllerIPPortList = cfg.ControllerIPPortList
+	}), nil, nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		item string
+		want netip.AddrPort
+	}{
+		{wantItems[0], netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(p4))},
+		{wantItems[1], netip.AddrPortFrom(netip.MustParseAddr("::1"), uint16(p6))},
+		{wantItems[3], netip.MustParseAddrPort("[fe80::1%lo]:5555")},
+		{wantItems[5], netip.MustParseAddrPort("[2001:db8::10]:5555")},
+		{"[::ffff:127.0.0.1]:99", netip.MustParseAddrPort("127.0.0.1:99")},
+	} {
+		got, err := s.resolve(ctx, c.item)
+		if err != nil || got != c.want {
+			t.Errorf("resolve(%s) = %v, %v; want %v", c.item, got, err, c.want)
+		}
+	}
+	if got, err := s.resolve(ctx, wantItems[4]); err != nil || !got.Addr().IsLoopback() || got.Port() != uint16(p4) {
+		t.Errorf("resolve(%s) = %v, %v", wantItems[4], got, err)
+	}
+
+	// Send the first two (v4, then v6) and check which socket carried each.
+	s.Cycle(ctx)
+	s.Cycle(ctx)
+	if got := v4.queued(testKey); !reflect.DeepEqual(got, []uint64{0}) {
+		t.Errorf("IPv4 receiver got %v", got)
+	}
+	if got := v6.queued(testKey); !reflect.DeepEqual(got, []uint64{1}) {
+		t.Errorf("IPv6 receiver got %v", got)
+	}
+	if s.v4 == nil || s.v6 == nil {
+		t.Fatal("a socket per family was not opened")
+	}
+	if a := s.v4.LocalAddr().(*net.UDPAddr); a.IP.To4() == nil {
+		t.Errorf("IPv4 socket bound to %v", a)
+	}
+	if a := s.v6.LocalAddr().(*net.UDPAddr); a.IP.To4() != nil {
+		t.Errorf("IPv6 socket bound to %v", a)
+	}
+}
+
+// failingDNS makes host name lookups fail at once.
+var failingDNS = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("no DNS in this test")
+}}
+
+// Resolution and send errors are logged (rate-limited) and never stop the
+// loop; an empty destination list logs and sends nothing (§7.11).
+func TestSenderErrorsNeverFatal(t *testing.T) {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	base := t.TempDir()
+	log, logs := observed()
+	cfg := testConfig(base, "no-such-host.invalid:5555", "127.0.0.1:0", hm.dest())
+	cfg.HeartbeatInterval = 10 * time.Millisecond
+	s := newSender(t, cfg, log, nil)
+	s.resolver = failingDNS
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	// Rotation: the unresolvable name falls through to the next entry
+	// (send fails: port 0), then hm, then the name again → port 0 ...
+	var seqs []uint64
+	for len(seqs) < 5 {
+		seqs = append(seqs, hm.next(5*time.Second, testKey).Seq)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			t.Fatalf("seqs %v not increasing", seqs)
+		}
+	}
+	if n := logs.FilterMessage("cannot resolve heartbeat destination").Len(); n != 1 {
+		t.Errorf("%d resolution errors logged over %d heartbeats, want 1 (rate-limited)", n, seqs[len(seqs)-1])
+	}
+	sendErrs := logs.FilterMessage("heartbeat not sent").All()
+	if len(sendErrs) != 1 || !strings.Contains(fmt.Sprint(sendErrs[0].ContextMap()["error"]), "invalid argument") {
+		t.Errorf("send errors logged: %v, want one EINVAL", sendErrs)
+	}
+
+	// No destination at all: logged, nothing sent; the message is still
+	// built (seq consumed) and the counters persisted, as upstream.
+	log2, logs2 := observed()
+	empty := testConfig(t.TempDir())
+	s2 := newSender(t, empty, log2, nil)
+	s2.Cycle(context.Background())
+	s2.Cycle(context.Background())
+	if n := logs2.FilterMessage("no heartbeat destination: [health_manager] controller_ip_port_list is empty").Len(); n != 1 {
+		t.Errorf("empty list logged %d times, want 1", n)
+	}
+	if _, err := os.Stat(CountersPath(empty.BasePath)); err != nil {
+		t.Errorf("counter file: %v", err)
+	}
+	s2.SetConfig(withConfig(empty, func(c *config.Config) { c.ControllerIPPortList = []string{hm.dest()} }))
+	s2.Cycle(context.Background())
+	if m := hm.next(time.Second, testKey); m.Seq != 2 {
+		t.Errorf("seq %d after two cycles without destination, want 2", m.Seq)
+	}
+}
+
+// With a VRRP configuration, keepalived must run: a missing, unreadable or
+// dead pid stops the heartbeat with a log line saying why, and consumes no
+// sequence number (§7.6, §7.12).
+func TestKeepalivedGate(t *testing.T) {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	base := t.TempDir()
+	log, logs := observed()
+	s := newSender(t, testConfig(base, hm.dest()), log, nil)
+	ctx := context.Background()
+
+	// No VRRP config: no gate, even without keepalived.
+	s.Cycle(ctx)
+	if m := hm.next(time.Second, testKey); m.Seq != 0 {
+		t.Fatalf("seq %d", m.Seq)
+	}
+	vrrp := filepath.Join(base, "vrrp")
+	if err := os.MkdirAll(vrrp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vrrp, "octavia-keepalived.conf"), []byte("vrrp_instance x {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pidPath := filepath.Join(vrrp, "octavia-keepalived.pid")
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, pid, why string
+	}{
+		{"missing pid file", "", "its pid file " + pidPath + " is missing"},
+		{"garbage pid", "keepalived\n", "its pid file " + pidPath + " is unreadable"},
+		{"dead pid", strconv.Itoa(dead.Process.Pid) + "\n", "but not running (pid " + strconv.Itoa(dead.Process.Pid)},
+	} {
+		os.Remove(pidPath)
+		if c.pid != "" {
+			if err := os.WriteFile(pidPath, []byte(c.pid), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.limit.reset("gate")
+		before := logs.Len()
+		s.Cycle(ctx)
+		entries := logs.All()[before:]
+		if len(entries) != 1 || entries[0].Level != zapcore.ErrorLevel || !strings.Contains(entries[0].Message, c.why) ||
+			!strings.Contains(entries[0].Message, "no heartbeat sent") {
+			t.Errorf("%s: logged %v, want one error containing %q", c.name, entries, c.why)
+		}
+	}
+	// keepalived alive (our own pid stands in): heartbeats resume, and the
+	// gated cycles consumed no sequence number.
+	if err := os.WriteFile(pidPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.Cycle(ctx)
+	if got := hm.queued(testKey); !reflect.DeepEqual(got, []uint64{1}) {
+		t.Fatalf("after the gate: %v, want [1]", got)
+	}
+	if logs.FilterMessage("keepalived is running again; heartbeats resume").Len() != 1 {
+		t.Error("no log line when heartbeats resume")
+	}
+}
+
+// statsServer answers every command on a UNIX socket like HAProxy's stats
+// socket, with what answer returns; hang keeps connections open unanswered.
+func statsServer(t *testing.T, path string, answer func() string, hang bool) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release); ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+					return
+				}
+				if hang {
+					<-release
+					return
+				}
+				conn.Write([]byte(answer()))
+			}()
+		}
+	}()
+}
+
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// makeLB lays out an LB as upstream does: <base>/<lb>/haproxy.cfg and,
+// when pid is not 0, <base>/<lb>/<lb>.pid.
+func makeLB(t *testing.T, base, lb string, pid int) {
+	t.Helper()
+	l := haproxy.Layout{Base: base}
+	if err := os.MkdirAll(l.Dir(lb), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.ConfigPath(lb), []byte("global\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pid != 0 {
+		if err := os.WriteFile(l.PidPath(lb), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// frontendCSV is a `show stat` answer with one listener per id.
+func frontendCSV(ids ...string) string {
+	var b strings.Builder
+	b.WriteString("# pxname,svname,status,weight,scur,stot,bin,bout,ereq,\n")
+	for _, id := range ids {
+		fmt.Fprintf(&b, "%s,FRONTEND,OPEN,,1,2,3,4,0,\n", id)
+	}
+	return b.String() + "\n"
+}
+
+// LBs are the folders of base_path with a haproxy.cfg; only those whose
+// pid file names a live process are queried, on <base>/<lb>.sock (§7.13).
+// An LB whose socket fails still leaves a heartbeat with the others, and a
+// hung socket is bounded by the read timeout (§7.19).
+func TestSenderLoadBalancers(t *testing.T) {
+	base := shortDir(t)
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	self := os.Getpid()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	makeLB(t, base, "lb-sample", self) // running, answers the spec sample
+	statsServer(t, filepath.Join(base, "lb-sample.sock"), func() string { return string(readTestdata(t, "show-stat-all.csv")) }, false)
+	makeLB(t, base, "lb-other", self) // running, another listener
+	statsServer(t, filepath.Join(base, "lb-other.sock"), func() string { return frontendCSV("other-listener") }, false)
+	makeLB(t, base, "lb-nopid", 0) // configured, never started
+	statsServer(t, filepath.Join(base, "lb-nopid.sock"), func() string { return frontendCSV("nopid-listener") }, false)
+	makeLB(t, base, "lb-dead", dead.Process.Pid) // stale pid file
+	statsServer(t, filepath.Join(base, "lb-dead.sock"), func() string { return frontendCSV("dead-listener") }, false)
+	makeLB(t, base, "lb-refused", self) // running, socket missing
+	makeLB(t, base, "lb-hung", self)    // running, socket never answers
+	statsServer(t, filepath.Join(base, "lb-hung.sock"), nil, true)
+	if err := os.MkdirAll(filepath.Join(base, "not-an-lb"), 0o755); err != nil { // no haproxy.cfg
+		t.Fatal(err)
+	}
+	statsServer(t, filepath.Join(base, "not-an-lb.sock"), func() string { return frontendCSV("stray-listener") }, false)
+
+	log, logs := observed()
+	src := LayoutSource{Layout: haproxy.Layout{Base: base}, Timeout: 300 * time.Millisecond}
+	s := newSender(t, testConfig(base, hm.dest()), log, src)
+	start := time.Now()
+	s.Cycle(context.Background())
+	took := time.Since(start)
+	m := hm.next(time.Second, testKey)
+
+	var ids []string
+	for id := range m.Listeners {
+		ids = append(ids, id)
+	}
+	want := []string{"1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6", "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d", "other-listener"}
+	if len(ids) != 3 || m.Listeners[want[0]].Status != "OPEN" || m.Listeners[want[1]].Status != "OPEN" || m.Listeners["other-listener"].Status != "OPEN" {
+		t.Fatalf("listeners %v, want %v", ids, want)
+	}
+	if len(m.Pools) != 2 {
+		t.Errorf("pools %v", m.Pools)
+	}
+	for _, lb := range []string{"lb-refused", "lb-hung"} {
+		found := false
+		for _, e := range logs.FilterMessage("HAProxy stats unavailable; the load balancer is left out of this heartbeat").All() {
+			if e.ContextMap()["lb"] == lb {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no warning for %s", lb)
+		}
+	}
+	// The hung socket costs one read timeout, not a retry loop.
+	if took > 10*time.Second {
+		t.Errorf("the cycle took %v with a hung socket (read timeout 300ms)", took)
+	}
+	t.Logf("cycle with a refused and a hung socket took %v", took.Round(time.Millisecond))
+}
+
+// scriptedSource answers ShowStat from a script of outcomes per call.
+type scriptedSource struct {
+	mu      sync.Mutex
+	running bool
+	calls   int
+	fail    func(call int) bool
+	rows    []stats.Row
+}
+
+func (s *scriptedSource) LoadBalancers() ([]string, error) { return []string{"lb"}, nil }
+func (s *scriptedSource) Running(string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+func (s *scriptedSource) ShowStat(context.Context, string) ([]stats.Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.fail(s.calls) {
+		return nil, &stats.Error{Socket: "lb.sock", Command: "show stat -1 -1 -1", Err: errors.New("connection refused")}
+	}
+	return s.rows, nil
+}
+
+// The reload race rule (issue requirement 5): a failed read is retried
+// briefly; if it keeps failing, the last good reading stands in for that
+// one read only, never twice in a row, and never for an LB that stopped.
+func TestReadFallbackOnce(t *testing.T) {
+	rows := sampleRows(t, "")
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	ctx := context.Background()
+	listeners := func() int { return len(hm.next(time.Second, testKey).Listeners) }
+
+	// A read that fails twice, then works: the retry hides it.
+	src := &scriptedSource{running: true, rows: rows, fail: func(call int) bool { return call == 2 || call == 3 }}
+	s := New(Options{Config: testConfig(t.TempDir(), hm.dest()), HAProxy: src, LVS: NoLVS{}, ReadRetryBudget: time.Second})
+	s.Cycle(ctx)
+	s.Cycle(ctx)
+	if a, b := listeners(), listeners(); a != 2 || b != 2 || src.calls != 4 {
+		t.Fatalf("retry: listeners %d, %d, calls %d; want 2, 2, 4", a, b, src.calls)
+	}
+
+	// Reads that keep failing: cached once, then the LB is left out until
+	// a read works again; a cached reading adds no counter growth.
+	failing := map[int]bool{}
+	src = &scriptedSource{running: true, rows: rows, fail: func(call int) bool { return failing[call] }}
+	log, logs := observed()
+	s = New(Options{Config: testConfig(t.TempDir(), hm.dest()), Log: log, HAProxy: src, LVS: NoLVS{}, ReadRetryBudget: 50 * time.Millisecond})
+	s.Cycle(ctx) // good
+	if n := listeners(); n != 2 {
+		t.Fatalf("first: %d listeners", n)
+	}
+	for c := 2; c < 100; c++ {
+		failing[c] = true
+	}
+	s.Cycle(ctx) // fails → cached reading
+	m := hm.next(time.Second, testKey)
+	if len(m.Listeners) != 2 {
+		t.Fatalf("cached: %d listeners, want 2", len(m.Listeners))
+	}
+	for id, l := range m.Listeners {
+		if l.Stats.TX != 0 || l.Stats.RX != 0 || l.Stats.TotConns != 0 || l.Stats.Ereq != 0 {
+			t.Errorf("cached reading of %s adds counters: %+v", id, l.Stats)
+		}
+	}
+	if logs.FilterMessage("HAProxy stats unavailable; the previous reading stands in once").Len() != 1 {
+		t.Error("standing in was not logged")
+	}
+	s.Cycle(ctx) // fails again → left out
+	if n := listeners(); n != 0 {
+		t.Fatalf("second failure in a row: %d listeners, want 0", n)
+	}
+	s.Cycle(ctx) // and again
+	if n := listeners(); n != 0 {
+		t.Fatalf("third failure: %d listeners, want 0", n)
+	}
+	clear(failing)
+	s.Cycle(ctx) // works again
+	if n := listeners(); n != 2 {
+		t.Fatalf("recovered: %d listeners", n)
+	}
+
+	// The LB stopped (its process is gone) when the read failed: no cache.
+	for c := src.calls + 1; c < src.calls+100; c++ {
+		failing[c] = true
+	}
+	src.mu.Lock()
+	src.running = false
+	src.mu.Unlock()
+	s.Cycle(ctx)
+	if n := listeners(); n != 0 {
+		t.Fatalf("stopped LB reported with %d listeners", n)
+	}
+	// Forget (called by the supervisor on stop/delete) drops the cache too.
+	clear(failing)
+	src.mu.Lock()
+	src.running = true
+	src.mu.Unlock()
+	s.Cycle(ctx)
+	listeners()
+	s.Forget("lb")
+	for c := src.calls + 1; c < src.calls+100; c++ {
+		failing[c] = true
+	}
+	s.Cycle(ctx)
+	if n := listeners(); n != 0 {
+		t.Fatalf("forgotten LB reported with %d listeners", n)
+	}
+}
+
+// bigSource reports one LB with many members under random-looking ids.
+type bigSource struct{ rows []stats.Row }
+
+func (b bigSource) LoadBalancers() ([]string, error) { return []string{"lb"}, nil }
+func (b bigSource) Running(string) bool              { return true }
+func (b bigSource) ShowStat(context.Context, string) ([]stats.Row, error) {
+	return b.rows, nil
+}
+
+// uuid returns a deterministic but incompressible-looking UUID.
+func uuid(n int) string {
+	h := uint64(n)*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019
+	h2 := h*0xBF58476D1CE4E5B9 ^ h>>31
+	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", uint32(h), uint16(h>>32), uint16(h>>48)&0xfff, uint16(h2)&0xfff, h2>>16&0xffffffffffff)
+}
+
+// sampleCSV renders `show stat` for listeners × members per listener.
+func sampleCSV(listeners, members int) []byte {
+	var b strings.Builder
+	b.WriteString("# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,\n")
+	n := 0
+	for l := range listeners {
+		lid := uuid(n)
+		n++
+		fmt.Fprintf(&b, "%s,FRONTEND,,,3,12,50000,%d,%d,%d,0,0,4,,,,,OPEN,,,,\n", lid, 1000+l, 48211+l, 991132+l)
+		pool := uuid(n) + ":" + lid
+		n++
+		for m := range members {
+			status := "UP"
+			if m%7 == 3 {
+				status = "DOWN"
+			}
+			fmt.Fprintf(&b, "%s,%s,0,0,0,2,,%d,320011,6601200,,0,,0,0,0,0,%s,1,1,0,\n", pool, uuid(n), m, status)
+			n++
+		}
+		fmt.Fprintf(&b, "%s,BACKEND,0,0,0,2,5000,1516,482113,9911321,0,0,,0,0,0,0,UP,1,1,0,\n", pool)
+	}
+	b.WriteString("\n")
+	return []byte(b.String())
+}
+
+// A heartbeat that does not fit in one UDP datagram is logged as an error
+// with what it carries (§7.28); the loop goes on.
+func TestDatagramTooLarge(t *testing.T) {
+	rows, err := stats.ParseStat(sampleCSV(10, 400))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	log, logs := observed()
+	var sent int
+	s := New(Options{Config: testConfig(t.TempDir(), hm.dest()), Log: log, HAProxy: bigSource{rows}, LVS: NoLVS{},
+		Sent: func(string, []byte) { sent++ }})
+	s.Cycle(context.Background())
+	var big []observer.LoggedEntry
+	for _, e := range logs.FilterLevelExact(zapcore.ErrorLevel).All() {
+		if strings.Contains(e.Message, "more than one UDP datagram can carry (65507)") {
+			big = append(big, e)
+		}
+	}
+	if len(big) != 1 {
+		t.Fatalf("oversize errors: %v", logs.All())
+	}
+	f := big[0].ContextMap()
+	if f["load_balancers"] != int64(1) || f["listeners"] != int64(10) || f["pools"] != int64(10) || f["members"] != int64(4000) {
+		t.Errorf("counts in the log line: %v", f)
+	}
+	if n, _ := f["bytes"].(int64); n <= MaxDatagram {
+		t.Errorf("bytes %v", f["bytes"])
+	}
+	if sent != 0 || logs.FilterMessage("heartbeat not sent").Len() != 1 {
+		t.Errorf("sent %d; send errors %v", sent, logs.FilterMessage("heartbeat not sent").All())
+	}
+	t.Logf("%s (%v bytes)", big[0].Message, f["bytes"])
+}
+
+// The sender persists the counters after every message and a new sender
+// (an agent restart) loads them: it sends zero growth, not the totals the
+// HM would count twice (§7.18).
+func TestSenderCountersAcrossRestart(t *testing.T) {
+	base := t.TempDir()
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	src := bigSource{sampleRows(t, "")}
+	const http = "1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6"
+
+	first := New(Options{Config: testConfig(base, hm.dest()), HAProxy: src, LVS: NoLVS{}})
+	first.Cycle(context.Background())
+	if got := stats5(hm.next(time.Second, testKey).Listeners[http]); got != [5]int64{9911321, 482113, 3, 1520, 4} {
+		t.Fatalf("first agent: %v", got)
+	}
+	data, err := os.ReadFile(CountersPath(base))
+	if err != nil || string(data) != string(readTestdata(t, "spec-counters.json")) {
+		t.Fatalf("counter file %s, %v", data, err)
+	}
+	if st, _ := os.Stat(CountersPath(base)); st.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v", st.Mode().Perm())
+	}
+
+	restarted := New(Options{Config: testConfig(base, hm.dest()), HAProxy: src, LVS: NoLVS{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- restarted.Run(ctx) }()
+	m := hm.next(5*time.Second, testKey)
+	cancel()
+	<-done
+	if m.Seq != 0 {
+		t.Errorf("restarted agent starts at seq %d", m.Seq)
+	}
+	if got := stats5(m.Listeners[http]); got != [5]int64{0, 0, 3, 0, 0} {
+		t.Fatalf("restarted agent resent totals: %v, want only conns", got)
+	}
+}
+
+// Without amphora_id nothing is sent (the HM would treat an unknown id as
+// a zombie amphora), and no sequence number is used.
+func TestSenderNeedsAmphoraID(t *testing.T) {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	log, logs := observed()
+	cfg := testConfig(t.TempDir(), hm.dest())
+	cfg.AmphoraID = ""
+	s := newSender(t, cfg, log, nil)
+	s.Cycle(context.Background())
+	s.Cycle(context.Background())
+	if n := logs.FilterMessage("no heartbeat sent: [amphora_agent] amphora_id is not set").Len(); n != 1 {
+		t.Errorf("logged %d times, want 1 (rate-limited)", n)
+	}
+	s.SetConfig(withConfig(cfg, func(c *config.Config) { c.AmphoraID = sampleAmphora }))
+	s.Cycle(context.Background())
+	if got := hm.queued(testKey); !reflect.DeepEqual(got, []uint64{0}) {
+		t.Fatalf("heartbeats %v, want [0]", got)
+	}
+}
+
+// lvsReading stands in for the keepalived LVS source.
+type lvsReading struct {
+	r   Reading
+	err error
+}
+
+func (l lvsReading) LVS(context.Context) (Reading, error) { return l.r, l.err }
+
+// LVS listeners join the message after the HAProxy ones, with deltas from
+// the same counter state, and their pools keep the bare pool id (§7.16);
+// an LVS error is logged and what was read is still reported.
+func TestLVSListenersInMessage(t *testing.T) {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	log, logs := observed()
+	lvs := lvsReading{
+		r: Reading{
+			Listeners: []ListenerReading{{ID: "udp-listener", Status: StatusOpen, Bin: 5460, Bout: 10920, Scur: 0, Stot: 42}},
+			Pools: []PoolReading{{Key: "6c7d8e9f-pool", Status: "UP", Members: []MemberReading{
+				{ID: "m1", Status: "UP"}, {ID: "m2", Status: "DOWN"}, {ID: "m3", Status: "MAINT"}}}},
+		},
+		err: errors.New("ipvsadm: partial output"),
+	}
+	s := New(Options{Config: testConfig(t.TempDir(), hm.dest()), Log: log, HAProxy: bigSource{sampleRows(t, "")}, LVS: lvs})
+	s.Cycle(context.Background())
+	m := hm.next(time.Second, testKey)
+	if len(m.Listeners) != 3 || stats5(m.Listeners["udp-listener"]) != [5]int64{10920, 5460, 0, 42, 0} {
+		t.Fatalf("listeners %+v", m.Listeners)
+	}
+	want := Pool{Status: "UP", Members: map[string]string{"m1": "UP", "m2": "DOWN", "m3": "MAINT"}}
+	if !reflect.DeepEqual(m.Pools["6c7d8e9f-pool"], want) || len(m.Pools) != 3 {
+		t.Fatalf("pools %+v", m.Pools)
+	}
+	if logs.FilterMessage("LVS listeners").Len() != 1 {
+		t.Error("the LVS error was not logged")
+	}
+}
+
+// Until LVS reporting exists, running LVS listeners are named in an
+// error instead of vanishing silently; with none there is nothing to say.
+func TestPendingLVS(t *testing.T) {
+	base := t.TempDir()
+	p := PendingLVS{Layout: keepalived.LVSLayout{Base: base}}
+	if r, err := p.LVS(context.Background()); err != nil || len(r.Listeners) != 0 {
+		t.Fatalf("no lvs folder: %+v, %v", r, err)
+	}
+	dir := filepath.Join(base, "lvs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		"octavia-keepalivedlvs-running.conf": "", "octavia-keepalivedlvs-running.pid": strconv.Itoa(os.Getpid()),
+		"octavia-keepalivedlvs-stopped.conf": "",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := p.LVS(context.Background())
+	if !errors.Is(err, ErrLVSUnsupported) || !strings.Contains(err.Error(), "left out: running") || strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("err = %v", err)
+	}
+}

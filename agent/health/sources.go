@@ -1,0 +1,139 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+	"github.com/amphora-agent/amphora-agent/keepalived"
+)
+
+// HAProxySource is where the sender finds the load balancers and reads
+// their HAProxy statistics. LayoutSource is the one that reads the files
+// and sockets under base_path; a supervisor that knows more (a stop in
+// progress) can supply its own.
+type HAProxySource interface {
+	// LoadBalancers lists the LB ids with a stored configuration.
+	LoadBalancers() ([]string, error)
+	// Running reports whether lb's HAProxy is running now. A stopped or
+	// deleted LB is never reported, not even from an earlier reading.
+	Running(lb string) bool
+	// ShowStat returns the rows of `show stat -1 -1 -1` from lb's stats
+	// socket.
+	ShowStat(ctx context.Context, lb string) ([]stats.Row, error)
+}
+
+// LayoutSource is HAProxySource as upstream does it: LBs are the folders of
+// base_path with a haproxy.cfg, running when <lb>/<lb>.pid names a live
+// process, queried on <base_path>/<lb>.sock.
+type LayoutSource struct {
+	Layout haproxy.Layout
+	// Timeout bounds one socket query (stats.DefaultTimeout when zero).
+	Timeout time.Duration
+	// IsRunning, when set, replaces the pid file check, for a supervisor
+	// that knows better (for example haproxy.Supervisor.Running).
+	IsRunning func(lb string) bool
+}
+
+func (s LayoutSource) LoadBalancers() ([]string, error) { return s.Layout.LoadBalancers() }
+
+// Running is upstream's check, <lb>/<lb>.pid names a live process, unless
+// IsRunning is set.
+func (s LayoutSource) Running(lb string) bool {
+	if s.IsRunning != nil {
+		return s.IsRunning(lb)
+	}
+	return s.Layout.Running(lb)
+}
+
+func (s LayoutSource) ShowStat(ctx context.Context, lb string) ([]stats.Row, error) {
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = stats.DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return stats.ShowStat(ctx, s.Layout.SocketPath(lb), stats.All, stats.All, stats.All)
+}
+
+// LVSSource reports the LVS (UDP and SCTP) listeners that keepalived runs:
+// every running listener not marked disabled, status OPEN, with absolute
+// counters from IPVS, and its pool keyed by the bare pool id
+// (health-and-config §2.6). A partial reading may come with an error; both
+// are used.
+type LVSSource interface {
+	LVS(ctx context.Context) (Reading, error)
+}
+
+// NoLVS is the LVSSource of an amphora that has no LVS listeners at all.
+type NoLVS struct{}
+
+func (NoLVS) LVS(context.Context) (Reading, error) { return Reading{}, nil }
+
+// ErrLVSUnsupported means LVS listeners run but the agent cannot report
+// them yet.
+var ErrLVSUnsupported = errors.New("LVS (UDP/SCTP) listener status is not implemented yet")
+
+// PendingLVS stands in until LVS status reporting exists: it reports
+// nothing when no LVS listener runs, and otherwise says, as an error, which
+// listeners are left out (the HM will count them as missing).
+type PendingLVS struct {
+	Layout keepalived.LVSLayout
+}
+
+func (p PendingLVS) LVS(context.Context) (Reading, error) {
+	ids, err := p.Layout.Listeners()
+	if err != nil {
+		return Reading{}, err
+	}
+	var running []string
+	for _, id := range ids {
+		if p.Layout.Running(id) {
+			running = append(running, id)
+		}
+	}
+	if len(running) == 0 {
+		return Reading{}, nil
+	}
+	return Reading{}, fmt.Errorf("%w; left out: %s", ErrLVSUnsupported, strings.Join(running, ", "))
+}
+
+// VRRP files of an ACTIVE_STANDBY amphora, under base_path.
+func keepalivedConfPath(base string) string {
+	return filepath.Join(base, "vrrp", "octavia-keepalived.conf")
+}
+func keepalivedPidPath(base string) string {
+	return filepath.Join(base, "vrrp", "octavia-keepalived.pid")
+}
+
+// keepalivedGate returns why no heartbeat may be sent, or "": when the
+// controller has uploaded a VRRP configuration, keepalived must run. An
+// amphora whose keepalived died stops heartbeating so that the controller
+// fails it over (upstream behaviour).
+func keepalivedGate(base string) string {
+	conf := keepalivedConfPath(base)
+	if st, err := os.Stat(conf); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	pidPath := keepalivedPidPath(base)
+	pid, err := pidfile.Read(pidPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("keepalived is configured (%s) but its pid file %s is missing", conf, pidPath)
+	case err != nil:
+		return fmt.Sprintf("keepalived is configured (%s) but its pid file %s is unreadable: %v", conf, pidPath, err)
+	}
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return fmt.Sprintf("keepalived is configured (%s) but not running (pid %d from %s)", conf, pid, pidPath)
+	}
+	return ""
+}

@@ -1,0 +1,146 @@
+//go:build system
+
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+)
+
+// The running agent reports a real HAProxy, which it runs in an amphora
+// namespace, with members in their own namespaces: heartbeats show the
+// listener OPEN and the members UP; a member whose server stops turns DOWN
+// in a later heartbeat and UP again once it serves again.
+func TestHeartbeatSystemMemberStatus(t *testing.T) {
+	topo.RequireRoot(t)
+	name := topo.UniqueName("hb")
+	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: name, Members: 2})
+	hm := newHBReceiver(t)
+	env := testenv.New(t)
+	env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\n", name, hm.addr())
+	env.Start()
+	base := env.Path("lib")
+	t.Cleanup(func() { hbRemoveLB(t, env, base) })
+
+	members := []hbMember{
+		{ID: "e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", Addr: lb.Members[0].HostPort(), Weight: 1, Check: true},
+		{ID: "f2b3c4d5-e6f7-4081-9203-b4c5d6e7f809", Addr: lb.Members[1].HostPort(), Weight: 1, Check: true},
+	}
+	cfg := hbConfig(t, base, net.JoinHostPort(lb.VIP, "80"), members)
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+env.AmphoraID+"/"+hbLB+"/haproxy", []byte(cfg)); status != 202 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+hbLB+"/start", nil); status != 202 {
+		t.Fatalf("start: %d %s\n%s", status, body, env.Output())
+	}
+	if resp, err := lb.HTTPClient(false).Get(lb.URL(80, "/")); err != nil {
+		t.Fatalf("traffic through the VIP: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+
+	memberStatus := func(m health.Message, i int) string {
+		return m.Pools[hbPool+":"+hbListener].Members[members[i].ID]
+	}
+	key := "insecure"
+	start := time.Now()
+	m, _ := hm.waitFor(hbWait, key, "listener OPEN and both members UP", func(m health.Message) bool {
+		l, ok := m.Listeners[hbListener]
+		return ok && l.Status == "OPEN" && memberStatus(m, 0) == "UP" && memberStatus(m, 1) == "UP"
+	})
+	t.Logf("seq %d after %v: %+v", m.Seq, time.Since(start).Round(time.Millisecond), m)
+	if m.ID != env.AmphoraID || m.Ver != 3 || len(m.Listeners) != 1 || len(m.Pools) != 1 || m.Pools[hbPool+":"+hbListener].Status != "UP" {
+		t.Fatalf("heartbeat %+v", m)
+	}
+	if m.Listeners[hbListener].Stats.TotConns < 1 {
+		t.Errorf("the request through the VIP is not counted: %+v", m.Listeners[hbListener].Stats)
+	}
+
+	if err := lb.Members[0].Server.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	m, _ = hm.waitFor(hbWait, key, "member 1 DOWN", func(m health.Message) bool {
+		return strings.HasPrefix(memberStatus(m, 0), "DOWN")
+	})
+	t.Logf("member 1 stopped: seq %d reports %q after %v (member 2 %q, pool %q)", m.Seq, memberStatus(m, 0),
+		time.Since(stopped).Round(time.Millisecond), memberStatus(m, 1), m.Pools[hbPool+":"+hbListener].Status)
+	if memberStatus(m, 1) != "UP" || m.Listeners[hbListener].Status != "OPEN" {
+		t.Errorf("the other member or the listener changed: %+v", m)
+	}
+
+	if err := lb.Members[0].Server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	m, _ = hm.waitFor(hbWait, key, "member 1 UP again", func(m health.Message) bool {
+		return memberStatus(m, 0) == "UP" && memberStatus(m, 1) == "UP"
+	})
+	t.Logf("member 1 serving again: seq %d reports UP after %v", m.Seq, time.Since(restarted).Round(time.Millisecond))
+}
+
+// hbRemoveLB deletes the LB through the API (the agent stops HAProxy) and
+// kills a master that survived (HAProxy outlives the agent by design).
+func hbRemoveLB(t *testing.T, env *testenv.Env, base string) {
+	select {
+	case <-env.Exited():
+	default:
+		client := env.Client()
+		req, _ := http.NewRequest("DELETE", env.URL("/1.0/listeners/"+hbLB), nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+	if pid, err := pidfile.Read(filepath.Join(base, hbLB, hbLB+".pid")); err == nil {
+		syscall.Kill(-pid, syscall.SIGKILL)
+	}
+}
+
+// A config change reaches the running sender without a restart: after
+// PUT /1.0/config the heartbeats go to the new destination signed with the
+// new key; after SIGHUP (file edited) the same (§7.4, §7.24, issue
+// requirement 1).
+func TestHeartbeatSystemConfigChanges(t *testing.T) {
+	first, second, third := newHBReceiver(t), newHBReceiver(t), newHBReceiver(t)
+	env := testenv.New(t)
+	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-one\n", first.addr())
+	env.Start()
+	m, _ := first.waitFor(hbWait, "key-one", "the first heartbeat", func(health.Message) bool { return true })
+	if m.Seq > 1 || m.ID != env.AmphoraID || len(m.Listeners) != 0 || len(m.Pools) != 0 {
+		t.Fatalf("first heartbeat %+v", m)
+	}
+
+	upload := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-two\n", second.addr())
+	if status, _, body := env.Do("PUT", "/1.0/config", []byte(upload)); status != 202 {
+		t.Fatalf("PUT /1.0/config: %d %s", status, body)
+	}
+	m2, _ := second.waitFor(hbWait, "key-two", "a heartbeat after PUT /1.0/config", func(health.Message) bool { return true })
+	if m2.Seq <= m.Seq {
+		t.Errorf("seq went from %d to %d", m.Seq, m2.Seq)
+	}
+
+	edited := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-three\n", third.addr())
+	if err := os.WriteFile(env.ConfigPath, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	m3, _ := third.waitFor(hbWait, "key-three", "a heartbeat after SIGHUP", func(health.Message) bool { return true })
+	if m3.Seq <= m2.Seq {
+		t.Errorf("seq went from %d to %d", m2.Seq, m3.Seq)
+	}
+	t.Logf("seq %d (key-one) → %d (key-two, after PUT) → %d (key-three, after SIGHUP)", m.Seq, m2.Seq, m3.Seq)
+}
