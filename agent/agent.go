@@ -70,6 +70,9 @@ type Agent struct {
 
 	watchMu  sync.Mutex
 	watchers []func(*config.Config)
+	// lbGone hears of load balancers stopped or deleted, so that nothing
+	// reports them from a cache (the heartbeat sender).
+	lbGone []func(lb string)
 
 	// Load balancers. Their paths and namespace are fixed at start-up.
 	lbStore   *haproxy.Store
@@ -214,6 +217,23 @@ func (a *Agent) OnConfig(fn func(*config.Config)) {
 	a.watchMu.Lock()
 	a.watchers = append(a.watchers, fn)
 	a.watchMu.Unlock()
+}
+
+// OnLoadBalancerGone registers fn to be called after a load balancer is
+// stopped or deleted.
+func (a *Agent) OnLoadBalancerGone(fn func(lb string)) {
+	a.watchMu.Lock()
+	a.lbGone = append(a.lbGone, fn)
+	a.watchMu.Unlock()
+}
+
+func (a *Agent) loadBalancerGone(lb string) {
+	a.watchMu.Lock()
+	fns := slices.Clone(a.lbGone)
+	a.watchMu.Unlock()
+	for _, fn := range fns {
+		fn(lb)
+	}
 }
 
 // Exclusive runs fn while holding the mutation lock, so concurrent

@@ -67,6 +67,7 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 		err = a.lbs.Start(ctx, id)
 	case actionStop:
 		err = a.lbs.Stop(ctx, id)
+		a.loadBalancerGone(id)
 	case actionReload:
 		started, err = a.lbs.Reload(ctx, id)
 	}
@@ -127,7 +128,9 @@ func (a *Agent) DeleteListener(ctx context.Context, id string) error {
 	if lbID(id) != nil {
 		return nil
 	}
-	if err := a.lbs.Delete(ctx, id); err != nil {
+	err := a.lbs.Delete(ctx, id)
+	a.loadBalancerGone(id)
+	if err != nil {
 		return err
 	}
 	if a.checkScripts().VRRPInUse() {

@@ -66,6 +66,8 @@ func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 					return nil
 				},
 			})
+			var gone []string
+			a.OnLoadBalancerGone(func(lb string) { gone = append(gone, lb) })
 			f := &fixture{dir: dir}
 			f.write("lib/lb1/haproxy.cfg", "frontend L1\n    mode http\n    bind 203.0.113.10:80\n    bind [2001:db8::10]:443\n")
 
@@ -91,6 +93,13 @@ func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 			}
 			if want := []string{"reload lb1", "reload lb1", "stop lb1", "start lb1"}; !reflect.DeepEqual(lbs.calls, want) {
 				t.Fatalf("calls %v, want %v", lbs.calls, want)
+			}
+			if err := a.DeleteListener(ctx, "lb1"); err != nil {
+				t.Fatal(err)
+			}
+			// Stop and delete tell the heartbeat sender to drop its cache.
+			if want := []string{"lb1", "lb1"}; !reflect.DeepEqual(gone, want) {
+				t.Fatalf("gone notifications %v, want %v", gone, want)
 			}
 			vips := []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8::10")}
 			var want []netip.Addr

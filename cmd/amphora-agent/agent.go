@@ -113,6 +113,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
 	heartbeat := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
 	a.OnConfig(heartbeat.SetConfig)
+	a.OnLoadBalancerGone(heartbeat.Forget)
 	go heartbeat.Run(ctx)
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
