@@ -80,7 +80,7 @@ type Env struct {
 
 	t    testing.TB
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *SyncBuffer
 	done chan struct{}
 }
 
@@ -190,7 +190,7 @@ func (e *Env) Start() {
 	if _, err := os.Stat(e.ConfigPath); os.IsNotExist(err) {
 		e.write(e.ConfigPath, []byte(e.Config()))
 	}
-	e.out = &syncBuffer{}
+	e.out = &SyncBuffer{}
 	e.cmd = exec.Command(Binary(t), "--config-file", e.ConfigPath)
 	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
 	if err := e.cmd.Start(); err != nil {
@@ -325,18 +325,20 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a child
+// process's output can be read while the process writes it.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

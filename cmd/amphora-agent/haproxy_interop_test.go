@@ -13,7 +13,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/md5"
 	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509"
@@ -33,11 +32,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
@@ -194,38 +191,19 @@ type hapController struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *hapBuffer
+	stderr *testenv.SyncBuffer
 	done   chan struct{}
 	phases []hapPhase
 }
 
-type hapBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *hapBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *hapBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func startHAPController(t *testing.T, env *testenv.Env, args ...string) (*hapController, hapPhase) {
 	t.Helper()
-	script, err := filepath.Abs(filepath.Join("testdata", "interop", "haproxy_controller_client.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &hapController{t: t, env: env, lines: make(chan string, 16), stderr: &hapBuffer{}, done: make(chan struct{})}
+	script := testdataScript(t, "interop", "haproxy_controller_client.py")
+	c := &hapController{t: t, env: env, lines: make(chan string, 16), stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command(debianPython, append([]string{script}, args...)...)
 	c.cmd.Env = pythonEnv()
 	c.cmd.Stderr = c.stderr
+	var err error
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
@@ -386,59 +364,6 @@ func wantJSON(t *testing.T, what, body string, want map[string]any) {
 	}
 }
 
-// hapHAProxy finds and finally kills the HAProxy masters the test saw:
-// HAProxy outlives the agent by design.
-type hapHAProxy struct {
-	pidPath string
-	mu      sync.Mutex
-	seen    map[int]bool
-}
-
-func (h *hapHAProxy) master() int {
-	pid, err := pidfile.Read(h.pidPath)
-	if err != nil {
-		return 0
-	}
-	h.mu.Lock()
-	h.seen[pid] = true
-	h.mu.Unlock()
-	return pid
-}
-
-func isHAProxy(pid int) bool {
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	return err == nil && strings.TrimSpace(string(comm)) == "haproxy"
-}
-
-func (h *hapHAProxy) kill() {
-	h.master()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for pid := range h.seen {
-		if isHAProxy(pid) {
-			syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	}
-}
-
-func hapGet(c *http.Client, url string) (string, error) {
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "member-") {
-		return "", fmt.Errorf("status %d body %q", resp.StatusCode, body)
-	}
-	return resp.Header.Get("X-Member"), nil
-}
-
-func md5Hex(b []byte) string {
-	s := md5.Sum(b)
-	return hex.EncodeToString(s[:])
-}
-
 var hapGroupLine = regexp.MustCompile(`\s+group\s.+`)
 
 // hapFixture is one agent whose HAProxy runs in the amphora namespace of
@@ -453,7 +378,7 @@ type hapFixture struct {
 	lbDir   string
 	cfgPath string
 	sock    string
-	hap     *hapHAProxy
+	hap     *haproxyMasters
 	ctl     *hapController
 	ready   hapPhase
 	start   time.Time
@@ -463,18 +388,14 @@ type hapFixture struct {
 // controller script with the common arguments plus extra(f).
 func newHAPFixture(t *testing.T, extra func(f *hapFixture) []string) *hapFixture {
 	requireOctavia(t)
-	topo.RequireRoot(t)
-	f := &hapFixture{t: t, start: time.Now(), ns: topo.UniqueName("amp")}
-	f.lb = topo.LBTopology(t, topo.LBOptions{AmphoraName: f.ns, Members: 2})
-	f.env = testenv.New(t)
-	f.env.Extra = "[amphora_agent]\nnetwork_namespace = " + f.ns + "\n"
+	f := &hapFixture{t: t, start: time.Now()}
+	f.ns, f.lb, f.env = newLBEnv(t)
 	f.base, f.certDir = f.env.Path("lib"), f.env.Path("lib", "certs")
 	f.lbDir = filepath.Join(f.base, hapLB)
 	f.cfgPath = filepath.Join(f.lbDir, "haproxy.cfg")
 	f.sock = filepath.Join(f.base, hapLB+".sock")
-	f.hap = &hapHAProxy{pidPath: filepath.Join(f.lbDir, hapLB+".pid"), seen: map[int]bool{}}
 	// HAProxy outlives the agent by design; the test stops it.
-	t.Cleanup(f.hap.kill)
+	f.hap = watchHAProxy(t, filepath.Join(f.lbDir, hapLB+".pid"))
 	f.env.Start()
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -544,7 +465,7 @@ func (f *hapFixture) serving(c *http.Client, url, what string, want ...string) t
 	seen := map[string]bool{}
 	var last string
 	testenv.WaitFor(t, hapTrafficWait, what, func() bool {
-		m, err := hapGet(c, url)
+		m, err := getMember(c, url, "X-Member")
 		switch {
 		case err != nil:
 			last = err.Error()
@@ -558,7 +479,7 @@ func (f *hapFixture) serving(c *http.Client, url, what string, want ...string) t
 	})
 	took := time.Since(start)
 	for i := 0; i < 4*len(want); i++ {
-		m, err := hapGet(c, url)
+		m, err := getMember(c, url, "X-Member")
 		if err != nil || !wanted[m] {
 			t.Fatalf("%s: request %d answered by %q, %v (want %v; before: %s)", what, i, m, err, want, last)
 		}
@@ -704,7 +625,7 @@ func (f *hapFixture) deleteLB(master int, clients map[string]*http.Client) {
 		}
 	}
 	for url, c := range clients {
-		if m, err := hapGet(c, url); err == nil {
+		if m, err := getMember(c, url, "X-Member"); err == nil {
 			t.Errorf("%s still answers after delete_listener (%s)", url, m)
 		}
 	}
@@ -1069,7 +990,7 @@ func TestInteropHAProxyTerminatedHTTPS(t *testing.T) {
 	}
 	start := time.Now()
 	testenv.WaitFor(t, hapTrafficWait, "the rotated certificate served", func() bool {
-		_, err := hapGet(httpsClient, httpsURL)
+		_, err := getMember(httpsClient, httpsURL, "X-Member")
 		got := lastServed()
 		return err == nil && got != nil && got.Cmp(serial(1)) == 0
 	})
@@ -1092,7 +1013,7 @@ func TestInteropHAProxyTerminatedHTTPS(t *testing.T) {
 		t.Errorf("the deleted listener's certificate is still on the amphora (%v)", err)
 	}
 	testenv.WaitFor(t, hapTrafficWait, "port 443 closed after the TLS listener's delete", func() bool {
-		_, err := hapGet(httpsClient, httpsURL)
+		_, err := getMember(httpsClient, httpsURL, "X-Member")
 		return err != nil
 	})
 	f.serving(httpClient, httpURL, "HTTP traffic after the TLS listener's delete", "member-1", "member-2")

@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -20,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
 )
@@ -37,37 +34,20 @@ type lbFixture struct {
 	t   *testing.T
 	env *testenv.Env
 	lb  *topo.LB
+	hap *haproxyMasters
 }
 
 func newLBFixture(t *testing.T) *lbFixture {
-	topo.RequireRoot(t)
-	name := topo.UniqueName("amp")
-	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: name, Members: 2})
-	env := testenv.New(t)
-	env.Extra = "[amphora_agent]\nnetwork_namespace = " + name + "\n"
+	_, lb, env := newLBEnv(t)
 	f := &lbFixture{t: t, env: env, lb: lb}
 	// HAProxy outlives the agent by design; the test stops it.
-	t.Cleanup(f.killHAProxy)
+	f.hap = watchHAProxy(t, f.pidPath())
 	return f
 }
 
 func (f *lbFixture) base() string { return f.env.Path("lib") }
 
 func (f *lbFixture) pidPath() string { return filepath.Join(f.base(), testLB, testLB+".pid") }
-
-func (f *lbFixture) masterPID() int {
-	pid, err := pidfile.Read(f.pidPath())
-	if err != nil {
-		return 0
-	}
-	return pid
-}
-
-func (f *lbFixture) killHAProxy() {
-	if pid := f.masterPID(); pid > 0 {
-		syscall.Kill(-pid, syscall.SIGKILL)
-	}
-}
 
 // config renders an Octavia-shaped config: one listener on the VIP, one
 // pool with the topology's members, a response header naming the
@@ -131,11 +111,6 @@ func (f *lbFixture) upload(cfg string) (int, string) {
 	return status, string(body)
 }
 
-func md5hex(data []byte) string {
-	sum := md5.Sum(data)
-	return hex.EncodeToString(sum[:])
-}
-
 func (f *lbFixture) action(action string) (int, string) {
 	status, _, body := f.env.Do("PUT", "/1.0/loadbalancer/"+testLB+"/"+action, nil)
 	return status, string(body)
@@ -143,16 +118,7 @@ func (f *lbFixture) action(action string) (int, string) {
 
 // get sends one request to the VIP and returns the generation header.
 func (f *lbFixture) get(c *http.Client) (string, error) {
-	resp, err := c.Get(f.lb.URL(80, "/"))
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "member-") {
-		return "", fmt.Errorf("status %d body %q", resp.StatusCode, body)
-	}
-	return resp.Header.Get("X-Gen"), nil
+	return getMember(c, f.lb.URL(80, "/"), "X-Gen")
 }
 
 func (f *lbFixture) waitServing(what, gen string) time.Duration {
@@ -193,12 +159,12 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 202 || resp.Header.Get("ETag") != md5hex([]byte(sent)) {
-		t.Fatalf("upload: %d ETag %q, want md5 %s", resp.StatusCode, resp.Header.Get("ETag"), md5hex([]byte(sent)))
+	if resp.StatusCode != 202 || resp.Header.Get("ETag") != md5Hex([]byte(sent)) {
+		t.Fatalf("upload: %d ETag %q, want md5 %s", resp.StatusCode, resp.Header.Get("ETag"), md5Hex([]byte(sent)))
 	}
 
 	// Every config-loading invocation carries -L <peer> and both -f files.
-	args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", f.masterPID()))
+	args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", f.hap.master()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +200,7 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 	cfg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/plain; charset=UTF-8" ||
-		string(cfg) != string(before) || resp.Header.Get("ETag") != md5hex(before) || strings.Contains(string(cfg), "group nogroup") {
+		string(cfg) != string(before) || resp.Header.Get("ETag") != md5Hex(before) || strings.Contains(string(cfg), "group nogroup") {
 		t.Fatalf("GET haproxy: %d %s ETag %s", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("ETag"))
 	}
 }
@@ -242,12 +208,12 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 func TestHAProxyRespawnAfterKill(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
-	old := f.masterPID()
+	old := f.hap.master()
 	killed := time.Now()
 	if err := syscall.Kill(-old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 20*time.Second, "a new master", func() bool { p := f.masterPID(); return p != 0 && p != old })
+	testenv.WaitFor(t, 20*time.Second, "a new master", func() bool { p := f.hap.master(); return p != 0 && p != old })
 	f.waitServing("traffic after the respawn", "1")
 	t.Logf("kill -9 of the master: serving again after %v", time.Since(killed).Round(time.Millisecond))
 	if f.env.Count("HAProxy master died; restarting it", "killed by signal") < 1 {
@@ -261,7 +227,7 @@ func TestHAProxyRespawnAfterKill(t *testing.T) {
 	if _, err := f.get(f.lb.HTTPClient(false)); err == nil {
 		t.Fatal("still serving after stop")
 	}
-	if f.masterPID() != 0 {
+	if f.hap.master() != 0 {
 		t.Fatal("pid file left after stop")
 	}
 	// reload of a stopped LB starts it.
@@ -331,7 +297,7 @@ func TestHAProxyHitlessReloads(t *testing.T) {
 func TestHAProxySurvivesAgentRestart(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
-	master := f.masterPID()
+	master := f.hap.master()
 
 	// Traffic runs throughout the agent's death and restart.
 	ctx, stop := context.WithCancel(context.Background())
@@ -354,7 +320,7 @@ func TestHAProxySurvivesAgentRestart(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the new agent adopting HAProxy", func() bool {
 		return f.env.Count("adopted running HAProxy") >= 1
 	})
-	if got := f.masterPID(); got != master {
+	if got := f.hap.master(); got != master {
 		t.Fatalf("master changed from %d to %d: HAProxy was restarted, not adopted", master, got)
 	}
 	status, _, body := f.env.Do("GET", "/1.0/details", nil)
@@ -382,7 +348,7 @@ func TestHAProxyRestoredAfterReboot(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
 	f.env.Stop()
-	f.killHAProxy()
+	f.hap.kill()
 	testenv.WaitFor(t, 5*time.Second, "HAProxy gone", func() bool {
 		_, err := f.get(f.lb.HTTPClient(false))
 		return err != nil
@@ -436,7 +402,7 @@ func TestHAProxyDelete(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("certificate upload: %d", status)
 	}
-	master := f.masterPID()
+	master := f.hap.master()
 	for i := 0; i < 2; i++ {
 		status, _, body := f.env.Do("DELETE", "/1.0/listeners/"+testLB, nil)
 		if status != 200 || string(body) != `{"message":"OK"}` {

@@ -113,10 +113,7 @@ type callResult struct {
 
 func TestInteropControllerClient(t *testing.T) {
 	requireOctavia(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "interop", "controller_client.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := testdataScript(t, "interop", "controller_client.py")
 
 	env := testenv.New(t)
 	env.Start()
@@ -321,11 +318,24 @@ func TestInteropControllerClient(t *testing.T) {
 	}
 }
 
-// runControllerClient runs the script under a deadline and decodes its
-// report; a failed run fails the test with the script's traceback and the
-// agent's log.
-func runControllerClient(t *testing.T, env *testenv.Env, script string, args ...string) (clientReport, string, time.Duration) {
+// testdataScript is the absolute path of a controller script under
+// testdata.
+func testdataScript(t *testing.T, elem ...string) string {
 	t.Helper()
+	script, err := filepath.Abs(filepath.Join(append([]string{"testdata"}, elem...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// runControllerScript runs a controller script under a deadline and
+// returns its stdout, its stderr (octavia's log) and how long it ran; a
+// failed run fails the test with the script's traceback and the agent's
+// log.
+func runControllerScript(t *testing.T, env *testenv.Env, script string, args ...string) ([]byte, string, time.Duration) {
+	t.Helper()
+	name := filepath.Base(script)
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, debianPython, append([]string{script}, args...)...)
@@ -337,23 +347,30 @@ func runControllerClient(t *testing.T, env *testenv.Env, script string, args ...
 	err := cmd.Run()
 	took := time.Since(start)
 	if ctx.Err() != nil {
-		t.Fatalf("controller client did not finish within %v\nstderr:\n%s\nagent output:\n%s", scriptTimeout, stderr.String(), env.Output())
+		t.Fatalf("controller script %s did not finish within %v\nstderr:\n%s\nagent output:\n%s", name, scriptTimeout, stderr.String(), env.Output())
 	}
 	if err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
 			t.Fatalf("running %s: %v", script, err)
 		}
-		t.Fatalf("controller client failed after %v: %v\nstderr:\n%s\nstdout:\n%s\nagent output:\n%s",
-			took.Round(time.Millisecond), err, stderr.String(), stdout.String(), env.Output())
+		t.Fatalf("controller script %s failed after %v: %v\nstderr:\n%s\nstdout:\n%s\nagent output:\n%s",
+			name, took.Round(time.Millisecond), err, stderr.String(), stdout.String(), env.Output())
 	}
+	return stdout.Bytes(), stderr.String(), took
+}
+
+// runControllerClient runs controller_client.py and decodes its report.
+func runControllerClient(t *testing.T, env *testenv.Env, script string, args ...string) (clientReport, string, time.Duration) {
+	t.Helper()
+	stdout, stderr, took := runControllerScript(t, env, script, args...)
 	var report clientReport
-	dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
+	dec := json.NewDecoder(bytes.NewReader(stdout))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&report); err != nil {
-		t.Fatalf("controller client printed no valid report: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		t.Fatalf("controller client printed no valid report: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
-	return report, stderr.String(), took
+	return report, stderr, took
 }
 
 // checkDetails checks every key of GET /1.0/details (spec §2.3) and its

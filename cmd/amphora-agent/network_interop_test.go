@@ -3,20 +3,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
-	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
 )
 
 // netCall is what controller_network.py records per driver call.
@@ -35,35 +29,26 @@ type netCall struct {
 // are veth ends hot-plugged in the default namespace.
 func TestInteropNetworkPlug(t *testing.T) {
 	requireOctavia(t)
-	topo.RequireRoot(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "network", "controller_network.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := testdataScript(t, "network", "controller_network.py")
 
-	env := testenv.New(t)
-	ns := topo.UniqueName("amp")
-	amp := topo.AdoptNamespace(t, ns)
-	client := topo.NewNamespace(t, "cli")
-	member := topo.NewNamespace(t, "mem")
-	vipNIC := topo.HotplugNIC(t, client, "eth0", []string{"203.0.113.100/24", "2001:db8:1::100/64"}, "")
-	memNIC := topo.HotplugNIC(t, member, "eth0", []string{"198.51.100.2/24"}, "")
-	env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = /bin/true\n", ns)
+	r := newNetTopology(t)
+	env := r.env
+	env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = /bin/true\n", r.amp.Name)
 	env.Start()
 
 	spec := map[string]any{
 		"amphora_id": env.AmphoraID, "client_cert": env.ClientCert, "server_ca": env.CAFile, "port": env.Port,
 		"topology": "SINGLE",
-		"vip":      "203.0.113.10", "vrrp_ip": "203.0.113.4", "vip_mac": vipNIC.A.MAC, "vip_mtu": 1450,
+		"vip":      netVIP, "vrrp_ip": netVRRP, "vip_mac": r.vipNIC.A.MAC, "vip_mtu": 1450,
 		"vip_subnet": map[string]any{"id": "vip-subnet", "network_id": "vip-net", "cidr": "203.0.113.0/24",
 			"gateway": "203.0.113.1", "ip_version": 4,
 			"host_routes": []map[string]string{{"nexthop": "203.0.113.5", "destination": "192.0.2.0/24"}}},
-		"additional_vips": []map[string]any{{"ip_address": "2001:db8:1::10", "subnet": map[string]any{
+		"additional_vips": []map[string]any{{"ip_address": netVIP6, "subnet": map[string]any{
 			"id": "vip-subnet6", "network_id": "vip-net", "cidr": "2001:db8:1::/64", "gateway": "2001:db8:1::1",
 			"ip_version": 6, "host_routes": []any{}}}},
 		"member_subnet": map[string]any{"id": "member-subnet", "network_id": "member-net", "cidr": "198.51.100.0/24",
 			"gateway": nil, "ip_version": 4, "host_routes": []any{}},
-		"member_mac": memNIC.A.MAC, "member_ip": "198.51.100.20", "member_mtu": 1400,
+		"member_mac": r.memNIC.A.MAC, "member_ip": netMemberIP, "member_mtu": 1400,
 		"absent_mac": "fa:16:3e:00:00:02", "unknown_ip": "192.0.2.77",
 	}
 	work := t.TempDir()
@@ -73,22 +58,13 @@ func TestInteropNetworkPlug(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, script, "--spec", specFile, "--workdir", work)
-	cmd.Env = pythonEnv()
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("controller script: %v\nstderr:\n%s\nagent output:\n%s", err, stderr.String(), env.Output())
-	}
+	stdout, stderr, _ := runControllerScript(t, env, script, "--spec", specFile, "--workdir", work)
 	var report map[string]netCall
-	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
-		t.Fatalf("controller script printed no report: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	if err := json.Unmarshal(stdout, &report); err != nil {
+		t.Fatalf("controller script printed no report: %v\n%s\n%s", err, stdout, stderr)
 	}
 	if testing.Verbose() {
-		t.Logf("controller log:\n%s", stderr.String())
+		t.Logf("controller log:\n%s", stderr)
 	}
 	t.Logf("agent access log:\n%s", requestLines(env))
 
@@ -119,14 +95,7 @@ func TestInteropNetworkPlug(t *testing.T) {
 		t.Errorf("agent answered %d plug/vip with 409, want 1 (the re-plug)", n)
 	}
 
-	ip := func(args ...string) string {
-		out, err := exec.Command("ip", append([]string{"-n", amp.Name}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ip %v: %v %s", args, err, out)
-		}
-		return string(out)
-	}
-	eth1 := ip("addr", "show", "dev", "eth1")
+	eth1 := r.ip(t, "addr", "show", "dev", "eth1")
 	for _, want := range []string{"mtu 1450", "inet 203.0.113.4/24", "inet 203.0.113.10/32"} {
 		if !strings.Contains(eth1, want) {
 			t.Errorf("eth1 lacks %q:\n%s", want, eth1)
@@ -139,16 +108,16 @@ func TestInteropNetworkPlug(t *testing.T) {
 	if strings.Contains(eth1, "2001:db8:1::10") {
 		t.Errorf("eth1 still has the additional VIP the last request dropped:\n%s", eth1)
 	}
-	if eth2 := ip("addr", "show", "dev", "eth2"); !strings.Contains(eth2, "inet 198.51.100.20/24") || !strings.Contains(eth2, "mtu 1400") {
+	if eth2 := r.ip(t, "addr", "show", "dev", "eth2"); !strings.Contains(eth2, "inet 198.51.100.20/24") || !strings.Contains(eth2, "mtu 1400") {
 		t.Errorf("eth2:\n%s", eth2)
 	}
-	if routes := ip("route", "show", "table", "1"); !strings.Contains(routes, "192.0.2.0/24 via 203.0.113.5 dev eth1") {
+	if routes := r.ip(t, "route", "show", "table", "1"); !strings.Contains(routes, "192.0.2.0/24 via 203.0.113.5 dev eth1") {
 		t.Errorf("table 1 lacks the host route:\n%s", routes)
 	}
 	if _, err := os.Stat(env.Path("interfaces", "eth2.json")); err != nil {
 		t.Errorf("eth2.json: %v", err)
 	}
 	if t.Failed() {
-		t.Logf("controller log:\n%s\nagent output:\n%s", stderr.String(), env.Output())
+		t.Logf("controller log:\n%s\nagent output:\n%s", stderr, env.Output())
 	}
 }

@@ -24,37 +24,16 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
 )
 
-// netRig is an agent with its own namespace, a client network plugged as
-// the VIP port and a member network plugged as a member port.
+// netRig is a netTopology whose member serves HTTP and whose agent runs
+// a masquerade script that logs its calls.
 type netRig struct {
-	env     *testenv.Env
-	amp     *topo.Namespace
-	client  *topo.Namespace
-	member  *topo.Namespace
-	vipNIC  *topo.Veth // A: the hot-plugged NIC (agent side), B: client eth0
-	memNIC  *topo.Veth // A: the hot-plugged NIC, B: member eth0
-	scripts string     // log of the masquerade script
+	netTopology
+	scripts string // log of the masquerade script
 }
-
-const (
-	netVIP      = "203.0.113.10"
-	netVIP6     = "2001:db8:1::10"
-	netVRRP     = "203.0.113.4"
-	netMemberIP = "198.51.100.20"
-	netMember   = "198.51.100.2"
-)
 
 func newNetRig(t *testing.T) *netRig {
 	t.Helper()
-	topo.RequireRoot(t)
-	r := &netRig{env: testenv.New(t)}
-	ns := topo.UniqueName("amp")
-	// The agent creates the namespace; the test deletes it.
-	r.amp = topo.AdoptNamespace(t, ns)
-	r.client = topo.NewNamespace(t, "cli")
-	r.member = topo.NewNamespace(t, "mem")
-	r.vipNIC = topo.HotplugNIC(t, r.client, "eth0", []string{"203.0.113.100/24", "2001:db8:1::100/64"}, "")
-	r.memNIC = topo.HotplugNIC(t, r.member, "eth0", []string{netMember + "/24"}, "")
+	r := &netRig{netTopology: newNetTopology(t)}
 	r.member.ServeHTTP(t, ":80", topo.MemberHandler("member-1"))
 
 	// The interface files name the LVS masquerade script; this one records
@@ -69,17 +48,8 @@ func newNetRig(t *testing.T) *netRig {
 	if err := fsutil.WriteFile(r.env.Path("pci-rescan"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", ns, script)
+	r.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", r.amp.Name, script)
 	return r
-}
-
-func (r *netRig) ip(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("ip", append([]string{"-n", r.amp.Name}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip -n %s %s: %v\n%s", r.amp.Name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 func (r *netRig) call(t *testing.T, method, path, body string, wantStatus int) string {

@@ -6,72 +6,30 @@ configures oslo.config the way the controller services do (octavia's config
 module registers the options; a generated octavia.conf is parsed with
 config.init), loads the amphora driver through stevedore as the controller
 worker does, and calls the agent through octavia's own
-AmphoraAPIClient1_0. It prints one JSON object on stdout describing what the
-client got back; the Go interop test judges it.
+AmphoraAPIClient1_0 (that set-up is octavia_controller.py's, shared by the
+tier's controller scripts). It prints one JSON object on stdout describing
+what the client got back; the Go interop test judges it.
 
 Any unexpected exception ends the script with a non-zero status and the
 traceback on stderr. All of octavia's logging goes to stderr.
 """
 
-import argparse
-import json
 import os
 import sys
 import time
-import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import octavia_controller  # noqa: E402
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--amphora-id', required=True)
-    p.add_argument('--lb-network-ip', default='127.0.0.1')
-    p.add_argument('--port', type=int, required=True)
-    p.add_argument('--client-cert', required=True,
-                   help='controller client certificate + key (one PEM)')
-    p.add_argument('--server-ca', required=True,
-                   help='CA that signed the agent certificate')
+    p = octavia_controller.argument_parser(__doc__.splitlines()[0])
     p.add_argument('--agent-config', required=True,
                    help='file with the new amphora-agent.conf text to push')
     p.add_argument('--server-pem', required=True,
                    help='file with the new server certificate + key to push')
-    p.add_argument('--workdir', required=True,
-                   help='folder for the generated controller octavia.conf')
     p.add_argument('--unknown-path', default='does-not-exist')
     return p.parse_args()
-
-
-def write_controller_conf(args):
-    """The controller's octavia.conf, limited to what the client reads.
-
-    Retries are kept small so a misbehaving agent fails the test in seconds
-    instead of the production default of 120 x 5 s.
-    """
-    path = os.path.join(args.workdir, 'octavia.conf')
-    text = '\n'.join([
-        '[DEFAULT]',
-        'debug = True',
-        'use_stderr = True',
-        '',
-        '[haproxy_amphora]',
-        'client_cert = %s' % args.client_cert,
-        'server_ca = %s' % args.server_ca,
-        'bind_port = %d' % args.port,
-        'lb_network_interface = lo',
-        'rest_request_conn_timeout = 5',
-        'rest_request_read_timeout = 60',
-        'connection_max_retries = 3',
-        'connection_retry_interval = 1',
-        '',
-        '[amphora_agent]',
-        'agent_tls_protocol = TLSv1.2',
-        '',
-        '[controller_worker]',
-        'amphora_driver = amphora_haproxy_rest_driver',
-        '',
-    ])
-    with open(path, 'w') as f:
-        f.write(text)
-    return path
 
 
 def timed(results, name, fn):
@@ -85,29 +43,17 @@ def timed(results, name, fn):
 def main():
     args = parse_args()
 
-    # Keep stdout for the single JSON result: anything else that would
-    # print there (libraries, warnings) goes to stderr instead.
-    result_out = os.fdopen(os.dup(sys.stdout.fileno()), 'w')
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # Keep stdout for the single JSON result.
+    result_out = octavia_controller.take_stdout()
 
-    conf_path = write_controller_conf(args)
+    conf_path = octavia_controller.write_conf(
+        args.workdir, args.client_cert, args.server_ca, args.port)
+    conf = octavia_controller.configure(conf_path)
 
-    # Same order as octavia.common.service.prepare_service: importing
-    # octavia.common.config registers every option group, init() parses the
-    # config file, then logging is set up. (rpc.init() is left out: it only
-    # builds the oslo.messaging transport, which the REST client never uses.)
-    from oslo_config import cfg
-    from octavia.common import config
-    config.init(['--config-file', conf_path])
-    config.setup_logging(cfg.CONF)
-
-    from stevedore import driver as stevedore_driver
     from octavia.amphorae.drivers.haproxy import exceptions as exc
     from octavia.amphorae.drivers.haproxy import rest_api_driver
-    from octavia.common import constants
-    from octavia.common import data_models
 
-    ha = cfg.CONF.haproxy_amphora
+    ha = conf.haproxy_amphora
     results = {
         'controller_config': {
             'client_cert': ha.client_cert,
@@ -117,26 +63,14 @@ def main():
             'rest_request_read_timeout': ha.rest_request_read_timeout,
             'connection_max_retries': ha.connection_max_retries,
             'connection_retry_interval': ha.connection_retry_interval,
-            'agent_tls_protocol': cfg.CONF.amphora_agent.agent_tls_protocol,
+            'agent_tls_protocol': conf.amphora_agent.agent_tls_protocol,
         },
     }
 
-    # The controller worker loads its amphora driver this way
-    # (controller/worker/v2/tasks/amphora_driver_tasks.py).
-    drv = stevedore_driver.DriverManager(
-        namespace='octavia.amphora.drivers',
-        name=cfg.CONF.controller_worker.amphora_driver,
-        invoke_on_load=True,
-    ).driver
-    results['driver'] = type(drv).__module__ + '.' + type(drv).__name__
+    drv = octavia_controller.load_driver(conf)
+    results['driver'] = octavia_controller.qualified_name(drv)
 
-    # What the controller passes around is the DB amphora; the data model
-    # has no api_version attribute, the driver adds it on discovery.
-    amp = data_models.Amphora(
-        id=args.amphora_id,
-        status=constants.AMPHORA_ALLOCATED,
-        lb_network_ip=args.lb_network_ip,
-    )
+    amp = octavia_controller.amphora(args.amphora_id, args.lb_network_ip)
 
     # Version discovery: GET // on the base client, exactly the call the
     # driver makes (and the reachability probe of failover flows).
@@ -204,19 +138,13 @@ def main():
         unknown['body'] = r.text
         exc.check_exception(r)
     except exc.NotFound as e:
-        unknown['raised'] = type(e).__module__ + '.' + type(e).__name__
+        unknown['raised'] = octavia_controller.qualified_name(e)
     unknown['seconds'] = round(time.monotonic() - start, 3)
     results['unknown_path'] = unknown
 
-    json.dump(results, result_out, sort_keys=True)
-    result_out.write('\n')
-    result_out.flush()
+    octavia_controller.emit(result_out, results)
     return 0
 
 
 if __name__ == '__main__':
-    try:
-        sys.exit(main())
-    except Exception:  # report everything unexpected, then fail
-        traceback.print_exc()
-        sys.exit(1)
+    octavia_controller.run(main)

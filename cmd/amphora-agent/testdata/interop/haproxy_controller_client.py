@@ -2,8 +2,8 @@
 """Drive a load balancer on a running amphora agent as the Octavia controller.
 
 Run with Debian's /usr/bin/python3 (python3-octavia installed). oslo.config
-is set up the way the controller services do it (see controller_client.py),
-the amphora driver is loaded through stevedore, and every HAProxy config is
+is set up the way the controller services do it and the amphora driver is
+loaded through stevedore (octavia_controller.py), and every HAProxy config is
 rendered by the driver's own JinjaTemplater (jinja_combo) from Octavia's
 sample data models (octavia/tests/unit/common/sample_configs), adjusted to
 the test topology: the VIP, the member addresses and ports, UUIDs as ids, a
@@ -32,13 +32,14 @@ Any unexpected exception prints {"phase": NAME, "error": TRACEBACK, ...}
 and ends the script with status 1. All of octavia's logging goes to stderr.
 """
 
-import argparse
 import hashlib
-import json
 import os
 import sys
 import time
 import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import octavia_controller  # noqa: E402
 
 # The client methods whose calls are recorded; start_listener and
 # reload_listener are functools.partial attributes of the client instance.
@@ -51,13 +52,7 @@ BODY_LIMIT = 4000
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--amphora-id', required=True)
-    p.add_argument('--lb-network-ip', default='127.0.0.1')
-    p.add_argument('--port', type=int, required=True)
-    p.add_argument('--client-cert', required=True)
-    p.add_argument('--server-ca', required=True)
-    p.add_argument('--workdir', required=True)
+    p = octavia_controller.argument_parser(__doc__.splitlines()[0])
     p.add_argument('--base-path', required=True,
                    help="the agent's [haproxy_amphora] base_path")
     p.add_argument('--base-cert-dir', required=True,
@@ -87,47 +82,22 @@ def parse_args():
 
 
 def write_controller_conf(args):
-    """The controller's octavia.conf, limited to what the driver reads.
+    """The controller's octavia.conf with the agent's folders and a cert
+    manager.
 
     base_path and base_cert_dir are the agent's folders, so the rendered
-    stats socket and server-state-file are the agent's. Retries are small
-    so that a misbehaving agent fails the test in seconds.
+    stats socket and server-state-file are the agent's. Octavia's own
+    file-backed cert manager stands in for Barbican: the driver fetches
+    listener certificates through it.
     """
-    path = os.path.join(args.workdir, 'octavia.conf')
-    text = '\n'.join([
-        '[DEFAULT]',
-        'debug = True',
-        'use_stderr = True',
-        '',
-        '[haproxy_amphora]',
-        'client_cert = %s' % args.client_cert,
-        'server_ca = %s' % args.server_ca,
-        'bind_port = %d' % args.port,
-        'base_path = %s' % args.base_path,
-        'base_cert_dir = %s' % args.base_cert_dir,
-        'lb_network_interface = lo',
-        'rest_request_conn_timeout = 5',
-        'rest_request_read_timeout = 60',
-        'connection_max_retries = 3',
-        'connection_retry_interval = 1',
-        '',
-        '[amphora_agent]',
-        'agent_tls_protocol = TLSv1.2',
-        '',
-        '[controller_worker]',
-        'amphora_driver = amphora_haproxy_rest_driver',
-        '',
-        # Octavia's own file-backed cert manager stands in for Barbican:
-        # the driver fetches listener certificates through it.
-        '[certificates]',
-        'cert_manager = local_cert_manager',
-        'storage_path = %s' % os.path.join(args.workdir, 'tenant-certs'),
-        '',
-    ])
-    os.makedirs(os.path.join(args.workdir, 'tenant-certs'), exist_ok=True)
-    with open(path, 'w') as f:
-        f.write(text)
-    return path
+    storage = os.path.join(args.workdir, 'tenant-certs')
+    os.makedirs(storage, exist_ok=True)
+    return octavia_controller.write_conf(
+        args.workdir, args.client_cert, args.server_ca, args.port,
+        haproxy_amphora=[('base_path', args.base_path),
+                         ('base_cert_dir', args.base_cert_dir)],
+        sections=[('certificates', [('cert_manager', 'local_cert_manager'),
+                                    ('storage_path', storage)])])
 
 
 def jsonable(value):
@@ -222,7 +192,7 @@ class Recorder(object):
             try:
                 value = fn(*a, **kw)
             except Exception as e:
-                entry['raised'] = type(e).__module__ + '.' + type(e).__name__
+                entry['raised'] = octavia_controller.qualified_name(e)
                 raise
             finally:
                 entry['seconds'] = round(time.monotonic() - start, 3)
@@ -235,32 +205,23 @@ class Controller(object):
     def __init__(self, args):
         self.args = args
 
-        from oslo_config import cfg
-        from octavia.common import config
-        config.init(['--config-file', write_controller_conf(args)])
-        config.setup_logging(cfg.CONF)
+        conf = octavia_controller.configure(write_controller_conf(args))
 
-        from stevedore import driver as stevedore_driver
         from octavia.amphorae.drivers.haproxy import exceptions as exc
         from octavia.amphorae.drivers.haproxy import rest_api_driver
         from octavia.common import constants
-        from octavia.common import data_models
         from octavia.common.tls_utils import cert_parser
         # Imported after config.init: the module reads CONF at import.
         from octavia.tests.common import sample_certs
         from octavia.tests.unit.common.sample_configs import (
             sample_configs_combined as sample)
 
-        self.cfg, self.exc, self.constants = cfg, exc, constants
-        self.data_models, self.sample = data_models, sample
+        self.conf, self.exc, self.constants = conf, exc, constants
+        self.sample = sample
         self.cert_parser, self.sample_certs = cert_parser, sample_certs
         self.rest_api_driver = rest_api_driver
 
-        self.drv = stevedore_driver.DriverManager(
-            namespace='octavia.amphora.drivers',
-            name=cfg.CONF.controller_worker.amphora_driver,
-            invoke_on_load=True,
-        ).driver
+        self.drv = octavia_controller.load_driver(conf)
         self.rec = Recorder()
         for name, client in self.drv.clients.items():
             self.rec.wrap_client(client, name)
@@ -287,12 +248,11 @@ class Controller(object):
         self.tls_ref = self.tls_refs[0] if self.tls_refs else None
 
     def ready(self):
-        ha = self.cfg.CONF.haproxy_amphora
+        ha = self.conf.haproxy_amphora
         jinja = self.drv.jinja_combo
         return {
-            'driver': type(self.drv).__module__ + '.' +
-            type(self.drv).__name__,
-            'templater': type(jinja).__module__ + '.' + type(jinja).__name__,
+            'driver': octavia_controller.qualified_name(self.drv),
+            'templater': octavia_controller.qualified_name(jinja),
             'templater_base_amp_path': jinja.base_amp_path,
             'templater_base_crt_dir': jinja.base_crt_dir,
             'controller_config': {
@@ -306,13 +266,9 @@ class Controller(object):
         }
 
     def amphora(self):
-        # Every controller operation loads the amphora from the database;
-        # the data model has no api_version, the driver discovers it.
-        return self.data_models.Amphora(
-            id=self.args.amphora_id,
-            status=self.constants.AMPHORA_ALLOCATED,
-            lb_network_ip=self.args.lb_network_ip,
-        )
+        # Every controller operation loads the amphora from the database.
+        return octavia_controller.amphora(self.args.amphora_id,
+                                          self.args.lb_network_ip)
 
     def load_balancer(self, amp, n_members, tls=False):
         """The sample load balancer with one HTTP listener and its pool,
@@ -445,7 +401,7 @@ class Controller(object):
         try:
             self.client.get_cert_md5sum(amp, self.args.lb_id, name)
         except self.exc.NotFound as e:
-            raised = type(e).__module__ + '.' + type(e).__name__
+            raised = octavia_controller.qualified_name(e)
         # Deleting it again: the controller ignores 404, the agent says 200.
         self.client.delete_cert_pem(amp, self.args.lb_id, name)
         return {'md5sum_after_delete_ignoring_404': ignored,
@@ -492,14 +448,8 @@ class Controller(object):
 def main():
     args = parse_args()
 
-    # Keep stdout for the JSON lines: anything else that would print there
-    # (libraries, warnings) goes to stderr instead.
-    out = os.fdopen(os.dup(sys.stdout.fileno()), 'w')
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-
-    def emit(obj):
-        out.write(json.dumps(obj, sort_keys=True) + '\n')
-        out.flush()
+    # Keep stdout for the JSON lines.
+    out = octavia_controller.take_stdout()
 
     start = time.monotonic()
     ctl = Controller(args)
@@ -507,7 +457,7 @@ def main():
     ready = ctl.ready()
     ready.update({'phase': 'ready',
                   'seconds': round(time.monotonic() - start, 3)})
-    emit(ready)
+    octavia_controller.emit(out, ready)
 
     for line in sys.stdin:
         phase = line.strip()
@@ -528,7 +478,7 @@ def main():
         report['seconds'] = round(time.monotonic() - start, 3)
         report['calls'] = ctl.rec.calls
         report['http'] = ctl.rec.http
-        emit(report)
+        octavia_controller.emit(out, report)
         if 'error' in report:
             sys.stderr.write(report['error'])
             return 1
@@ -536,8 +486,4 @@ def main():
 
 
 if __name__ == '__main__':
-    try:
-        sys.exit(main())
-    except Exception:  # report everything unexpected, then fail
-        traceback.print_exc()
-        sys.exit(1)
+    octavia_controller.run(main)

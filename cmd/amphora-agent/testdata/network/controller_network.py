@@ -19,30 +19,11 @@ import json
 import os
 import sys
 import time
-import traceback
 
-
-def write_controller_conf(spec, workdir):
-    # Small retry settings: a misbehaving agent fails the test in seconds.
-    path = os.path.join(workdir, 'octavia.conf')
-    with open(path, 'w') as f:
-        f.write('\n'.join([
-            '[DEFAULT]',
-            'debug = True',
-            'use_stderr = True',
-            '[haproxy_amphora]',
-            'client_cert = %s' % spec['client_cert'],
-            'server_ca = %s' % spec['server_ca'],
-            'bind_port = %d' % spec['port'],
-            'rest_request_conn_timeout = 5',
-            'rest_request_read_timeout = 60',
-            'connection_max_retries = 3',
-            'connection_retry_interval = 1',
-            '[controller_worker]',
-            'amphora_driver = amphora_haproxy_rest_driver',
-            '',
-        ]))
-    return path
+# The controller set-up shared by the interop tier's scripts.
+sys.path.insert(0, os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'interop'))
+import octavia_controller  # noqa: E402
 
 
 def main():
@@ -53,24 +34,14 @@ def main():
     with open(args.spec) as f:
         spec = json.load(f)
 
-    result_out = os.fdopen(os.dup(sys.stdout.fileno()), 'w')
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    result_out = octavia_controller.take_stdout()
+    conf = octavia_controller.configure(octavia_controller.write_conf(
+        args.workdir, spec['client_cert'], spec['server_ca'], spec['port']))
 
-    from oslo_config import cfg
-    from octavia.common import config
-    config.init(['--config-file', write_controller_conf(spec, args.workdir)])
-    config.setup_logging(cfg.CONF)
-
-    from stevedore import driver as stevedore_driver
-    from octavia.common import constants
     from octavia.common import data_models
     from octavia.network import data_models as n_models
 
-    drv = stevedore_driver.DriverManager(
-        namespace='octavia.amphora.drivers',
-        name=cfg.CONF.controller_worker.amphora_driver,
-        invoke_on_load=True,
-    ).driver
+    drv = octavia_controller.load_driver(conf)
 
     def subnet(s):
         return n_models.Subnet(
@@ -102,10 +73,9 @@ def main():
         network=member_port.network, network_id=member_port.network_id,
         fixed_ips=[])
 
-    amp = data_models.Amphora(
-        id=spec['amphora_id'], status=constants.AMPHORA_ALLOCATED,
-        lb_network_ip='127.0.0.1', vrrp_ip=spec['vrrp_ip'],
-        ha_ip=spec['vip'], vrrp_port_id=vrrp_port.id, ha_port_id='ha-port')
+    amp = octavia_controller.amphora(
+        spec['amphora_id'], vrrp_ip=spec['vrrp_ip'], ha_ip=spec['vip'],
+        vrrp_port_id=vrrp_port.id, ha_port_id='ha-port')
     lb = data_models.LoadBalancer(
         id='lb-1', vip=data_models.Vip(ip_address=spec['vip']),
         amphorae=[amp], topology=spec['topology'])
@@ -124,7 +94,7 @@ def main():
         try:
             entry['returned'] = fn()
         except Exception as e:  # recorded; the Go test judges
-            entry['raised'] = type(e).__module__ + '.' + type(e).__name__
+            entry['raised'] = octavia_controller.qualified_name(e)
             entry['error'] = str(e)
         entry['seconds'] = round(time.monotonic() - start, 3)
         results[name] = entry
@@ -154,15 +124,9 @@ def main():
     call('post_network_plug_absent',
          lambda: drv.post_network_plug(amp, absent_port, amp_config))
 
-    json.dump(results, result_out, sort_keys=True)
-    result_out.write('\n')
-    result_out.flush()
+    octavia_controller.emit(result_out, results)
     return 0
 
 
 if __name__ == '__main__':
-    try:
-        sys.exit(main())
-    except Exception:
-        traceback.print_exc()
-        sys.exit(1)
+    octavia_controller.run(main)

@@ -1,0 +1,146 @@
+//go:build system || interop
+
+// Helpers the system and interop tiers share: the namespaces and NICs an
+// agent runs with, the HAProxy masters a test must stop, and requests to
+// the members behind a VIP.
+package main
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+)
+
+// newLBEnv builds a client/amphora/members topology with two members and
+// an agent, not started yet, whose network namespace is the amphora's. It
+// returns the namespace's name.
+func newLBEnv(t *testing.T) (string, *topo.LB, *testenv.Env) {
+	topo.RequireRoot(t)
+	ns := topo.UniqueName("amp")
+	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: ns, Members: 2})
+	env := testenv.New(t)
+	env.Extra = "[amphora_agent]\nnetwork_namespace = " + ns + "\n"
+	return ns, lb, env
+}
+
+// haproxyMasters finds and finally kills the HAProxy masters behind a
+// load balancer's pid file: HAProxy outlives the agent by design.
+type haproxyMasters struct {
+	pidPath string
+	mu      sync.Mutex
+	seen    map[int]bool
+}
+
+// watchHAProxy tracks the masters behind pidPath and kills them when the
+// test ends.
+func watchHAProxy(t *testing.T, pidPath string) *haproxyMasters {
+	h := &haproxyMasters{pidPath: pidPath, seen: map[int]bool{}}
+	t.Cleanup(h.kill)
+	return h
+}
+
+// master is the current master's pid, 0 without a pid file.
+func (h *haproxyMasters) master() int {
+	pid, err := pidfile.Read(h.pidPath)
+	if err != nil {
+		return 0
+	}
+	h.mu.Lock()
+	h.seen[pid] = true
+	h.mu.Unlock()
+	return pid
+}
+
+// kill kills the process group of every master seen that still runs.
+func (h *haproxyMasters) kill() {
+	h.master()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for pid := range h.seen {
+		if isHAProxy(pid) {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func isHAProxy(pid int) bool {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(comm)) == "haproxy"
+}
+
+// getMember sends one GET to url, which a member must answer (200, body
+// "member-..."), and returns the response header named header.
+func getMember(c *http.Client, url, header string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "member-") {
+		return "", fmt.Errorf("status %d body %q", resp.StatusCode, body)
+	}
+	return resp.Header.Get(header), nil
+}
+
+func md5Hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}
+
+// netTopology is an agent, not started yet, with its own namespace, a
+// client network to plug as the VIP port and a member network to plug as
+// a member port. The NICs are veth ends hot-plugged in the default
+// namespace.
+type netTopology struct {
+	env    *testenv.Env
+	amp    *topo.Namespace
+	client *topo.Namespace
+	member *topo.Namespace
+	vipNIC *topo.Veth // A: the hot-plugged NIC (agent side), B: client eth0
+	memNIC *topo.Veth // A: the hot-plugged NIC, B: member eth0
+}
+
+func newNetTopology(t *testing.T) netTopology {
+	t.Helper()
+	topo.RequireRoot(t)
+	n := netTopology{env: testenv.New(t)}
+	// The agent creates the namespace; the test deletes it.
+	n.amp = topo.AdoptNamespace(t, topo.UniqueName("amp"))
+	n.client = topo.NewNamespace(t, "cli")
+	n.member = topo.NewNamespace(t, "mem")
+	n.vipNIC = topo.HotplugNIC(t, n.client, "eth0", []string{"203.0.113.100/24", "2001:db8:1::100/64"}, "")
+	n.memNIC = topo.HotplugNIC(t, n.member, "eth0", []string{netMember + "/24"}, "")
+	return n
+}
+
+// ip runs ip(8) in the agent's namespace.
+func (n *netTopology) ip(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"-n", n.amp.Name}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip -n %s %s: %v\n%s", n.amp.Name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// The addresses netTopology and the tests plug.
+const (
+	netVIP      = "203.0.113.10"
+	netVIP6     = "2001:db8:1::10"
+	netVRRP     = "203.0.113.4"
+	netMemberIP = "198.51.100.20"
+	netMember   = "198.51.100.2"
+)
