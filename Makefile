@@ -33,7 +33,7 @@ deps:
 
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags 'system interop' ./...
+	$(GO) vet -tags 'system interop bench' ./...
 
 test: deps vet build test-unit test-system test-interop
 
@@ -46,10 +46,23 @@ test-system: build
 test-interop: build
 	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run Interop ./...
 
-# Cost of one heartbeat, 1 LB x 50 listeners x 200 members, from the
-# `show stat` CSV to the signed datagram (and each stage on its own).
-bench:
-	$(GO) test -run '^$$' -bench 'BenchmarkHeartbeat' -benchmem -count=1 ./agent/health/
+# Speed and memory figures, printed, never asserted: the cost of one
+# heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed
+# datagram, and each stage), then cmd/amphora-agent/bench_test.go's table
+# against upstream's Python agent (Debian's python3-octavia, installed here
+# when missing and possible) and HAProxy's idle floor.
+bench: build
+	@set -o pipefail; out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
+	for p in haproxy python3-octavia; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "bench: installing$$missing"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || echo "bench: could not install$$missing"; \
+	fi; \
+	$(GO) test -run '^$$' -bench 'BenchmarkHeartbeat' -benchmem -count=1 ./agent/health/ | tee "$$out/heartbeat-bench.txt" && \
+	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -tags bench -run '^TestBenchSample$$' ./agent/health/ >"$$out/log" 2>&1 && \
+	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/ >>"$$out/log" 2>&1 \
+		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
+	echo; cat "$$out/table.txt"
 
 clean:
 	rm -rf bin
