@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 
+	"github.com/amphora-agent/amphora-agent/agent/config"
+
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/netns"
@@ -12,16 +14,23 @@ import (
 // describes it. It is cheap to build; building it per call means a
 // changed topology (PUT /1.0/config) applies to the next plug.
 func (a *Agent) network() *netns.Network {
-	cfg := a.Config()
-	return netns.NewNetwork(netns.Config{
+	return netns.NewNetwork(NetworkConfig(a.Config(), func() bool { return a.Config().ActiveStandby() }),
+		nil, a.log.Named("netns"))
+}
+
+// NetworkConfig is the data-plane network setup cfg describes; the
+// topology is asked through activeStandby so that it can follow config
+// changes.
+func NetworkConfig(cfg *config.Config, activeStandby func() bool) netns.Config {
+	return netns.Config{
 		Namespace:        cfg.Namespace,
 		NetworkDir:       cfg.NetworkDir,
 		PluggedFile:      cfg.PluggedInterfacesFile,
 		NftablesFile:     cfg.NftablesRulesFile,
 		PCIRescanFile:    cfg.PCIRescanFile,
 		MasqueradeScript: cfg.LVSMasqueradeScript,
-		ActiveStandby:    func() bool { return a.Config().ActiveStandby() },
-	}, nil, a.log.Named("netns"))
+		ActiveStandby:    activeStandby,
+	}
 }
 
 // PrepareNetwork runs at start-up, before any load balancer is started: it

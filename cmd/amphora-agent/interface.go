@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/amphora-agent/amphora-agent/agent"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -53,15 +55,7 @@ func runInterface(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n := netns.NewNetwork(netns.Config{
-		Namespace:        cfg.Namespace,
-		NetworkDir:       cfg.NetworkDir,
-		PluggedFile:      cfg.PluggedInterfacesFile,
-		NftablesFile:     cfg.NftablesRulesFile,
-		PCIRescanFile:    cfg.PCIRescanFile,
-		MasqueradeScript: cfg.LVSMasqueradeScript,
-		ActiveStandby:    cfg.ActiveStandby,
-	}, nil, log.Named("interface"))
+	n := netns.NewNetwork(agent.NetworkConfig(cfg, cfg.ActiveStandby), nil, log.Named("interface"))
 	if err := n.Interfaces(ctx, action, name); err != nil {
 		fmt.Fprintf(stderr, "Error: Could not configure interface: %v\n", err)
 		return 2
