@@ -30,7 +30,16 @@ const (
 	reloadTimeout = 12 * time.Second
 	stopTimeout   = 10 * time.Second
 	pollEvery     = 25 * time.Millisecond
+	// settle is how long a new worker must stay up before a start or
+	// reload is answered as done: workers that fail at once are caught
+	// before the controller hears "OK".
+	settle = 300 * time.Millisecond
 )
+
+// DefaultConfirmAfter is how long a newly loaded config must keep HAProxy
+// alive before it becomes the last good config. A master that dies sooner
+// is restarted on the previous good config instead.
+const DefaultConfirmAfter = 10 * time.Second
 
 // SupervisorOptions configure a Supervisor.
 type SupervisorOptions struct {
@@ -39,6 +48,8 @@ type SupervisorOptions struct {
 	Backoff   Backoff
 	Log       *zap.Logger
 	ProcDir   string
+	// ConfirmAfter: see DefaultConfirmAfter.
+	ConfirmAfter time.Duration
 }
 
 // Supervisor runs every load balancer's HAProxy in master-worker mode,
@@ -66,6 +77,9 @@ func NewSupervisor(o SupervisorOptions) *Supervisor {
 	}
 	if o.ProcDir == "" {
 		o.ProcDir = "/proc"
+	}
+	if o.ConfirmAfter <= 0 {
+		o.ConfirmAfter = DefaultConfirmAfter
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -213,6 +227,10 @@ type instance struct {
 	desired bool     // keep it running
 	deleted bool
 	respawn respawnTracker
+	// loads counts configs loaded; unconfirmed marks the latest as not yet
+	// proven by ConfirmAfter of uptime.
+	loads       uint64
+	unconfirmed bool
 
 	reqMu   sync.Mutex
 	pending *reloadCall
@@ -283,11 +301,12 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	if out, err := in.check(ctx); err != nil {
 		return false, fault.Internal("Error reloading haproxy", out, err)
 	}
+	in.confirmIfAlive()
 	in.saveServersState(ctx)
 	offset := in.logSize()
 	err := in.signalReload(ctx)
 	if err == nil {
-		in.saveLastGood()
+		in.loaded()
 		return false, nil
 	}
 	output := in.logSince(offset, err)
@@ -336,7 +355,7 @@ func (in *instance) signalReload(ctx context.Context) error {
 			}
 			for _, w := range now.Workers {
 				if !old[w] {
-					return nil
+					return in.settled(ctx, w)
 				}
 			}
 		}
@@ -348,25 +367,94 @@ func (in *instance) signalReload(ctx context.Context) error {
 	}
 }
 
+// settled waits briefly and checks that worker is still the master's
+// current worker.
+func (in *instance) settled(ctx context.Context, worker int) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-in.proc.exited:
+		return fmt.Errorf("HAProxy master %s right after loading the configuration", in.proc.status)
+	case <-time.After(settle):
+	}
+	now, err := showProc(ctx, in.s.masterSocket(in.lb))
+	if err != nil {
+		return fmt.Errorf("master CLI after reload: %w", err)
+	}
+	for _, w := range now.Workers {
+		if w == worker {
+			return nil
+		}
+	}
+	return fmt.Errorf("the new HAProxy worker %d exited right after start", worker)
+}
+
+// loaded records that the stored config now runs. It becomes the last good
+// config once HAProxy has stayed up on it for ConfirmAfter.
+func (in *instance) loaded() {
+	st := in.s.store()
+	cfg, err := os.ReadFile(st.Layout.ConfigPath(in.lb))
+	if err == nil {
+		err = fsutil.WriteFile(in.runningPath(), cfg, 0o600)
+	}
+	if err != nil {
+		in.log().Warn("recording the running config", zap.Error(err))
+		return
+	}
+	in.loads++
+	gen, proc := in.loads, in.proc
+	in.unconfirmed = true
+	time.AfterFunc(in.s.opts.ConfirmAfter, func() {
+		in.op.Lock()
+		defer in.op.Unlock()
+		if in.loads == gen && in.unconfirmed && in.proc == proc && proc != nil && proc.alive() {
+			in.confirm()
+		}
+	})
+}
+
+// confirmIfAlive confirms the running config when HAProxy is still up on
+// it: a config that served until the next change or a deliberate stop has
+// proven itself.
+func (in *instance) confirmIfAlive() {
+	if in.unconfirmed && in.proc != nil && in.proc.alive() {
+		in.confirm()
+	}
+}
+
+// restoreLastGoodFile puts the last good config back as the stored config
+// (keeping the current one as haproxy.cfg.new-failed) without touching
+// processes.
+func (in *instance) restoreLastGoodFile() error {
+	st := in.s.store()
+	good, err := os.ReadFile(st.lastGoodPath(in.lb))
+	if err != nil {
+		return err
+	}
+	cur, err := os.ReadFile(st.Layout.ConfigPath(in.lb))
+	if err == nil && string(cur) == string(good) {
+		return nil
+	}
+	if err == nil {
+		if err := fsutil.WriteFile(st.failedPath(in.lb), cur, 0o600); err != nil {
+			in.log().Warn("keeping the failed config", zap.Error(err))
+		}
+	}
+	return fsutil.WriteFile(st.Layout.ConfigPath(in.lb), good, 0o600)
+}
+
 // rollback puts the last good config back as the stored config and makes
 // HAProxy run it, so a bad push never leaves the LB down. The rejected
 // config is kept as haproxy.cfg.new-failed.
 func (in *instance) rollback(ctx context.Context) error {
-	st := in.s.store()
-	good, err := os.ReadFile(st.lastGoodPath(in.lb))
-	if err != nil {
-		return fmt.Errorf("no last good configuration: %w", err)
-	}
-	if cur, err := os.ReadFile(st.Layout.ConfigPath(in.lb)); err == nil {
-		if string(cur) != string(good) {
-			if err := fsutil.WriteFile(st.failedPath(in.lb), cur, 0o600); err != nil {
-				in.log().Warn("keeping the failed config", zap.Error(err))
-			}
+	if err := in.restoreLastGoodFile(); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no last good configuration: %w", err)
 		}
-	}
-	if err := fsutil.WriteFile(st.Layout.ConfigPath(in.lb), good, 0o600); err != nil {
 		return err
 	}
+	// The config going back in has already proven itself.
+	in.unconfirmed = false
 	if in.proc != nil && in.proc.alive() {
 		if err := in.signalReload(ctx); err == nil {
 			return nil
@@ -383,7 +471,7 @@ func (in *instance) startOrRestore(ctx context.Context, message string) error {
 	offset := int64(0)
 	err := in.startLocked(ctx)
 	if err == nil {
-		in.saveLastGood()
+		in.loaded()
 		return nil
 	}
 	output := in.logSince(offset, err)
@@ -458,7 +546,12 @@ func (in *instance) waitReady(ctx context.Context, proc *process, pidPath string
 		}
 		if t, err := showProc(ctx, sock); err == nil && len(t.Workers) > 0 {
 			if pid, err := pidfile.Read(pidPath); err == nil && pid == proc.pid {
-				return nil
+				select {
+				case <-proc.exited:
+					return fmt.Errorf("HAProxy %s right after start", proc.status)
+				case <-time.After(settle):
+					return nil
+				}
 			}
 		}
 		select {
@@ -472,6 +565,7 @@ func (in *instance) waitReady(ctx context.Context, proc *process, pidPath string
 // stopLocked stops the master (and so its workers) and waits for it.
 func (in *instance) stopLocked() error {
 	st := in.s.store()
+	in.confirmIfAlive()
 	proc := in.proc
 	if proc == nil {
 		// A master nobody adopted (e.g. from before a failed restore).
@@ -568,6 +662,17 @@ func (in *instance) monitor(proc *process) {
 		if in.proc == proc {
 			in.proc = nil
 		}
+		if in.unconfirmed {
+			// The config loaded last never proved itself: go back to the
+			// one that did before restarting.
+			in.unconfirmed = false
+			if err := in.restoreLastGoodFile(); err == nil {
+				in.log().Error("HAProxy died soon after loading a new configuration; restarting it on the last good configuration",
+					zap.String("status", proc.status))
+			} else if !errors.Is(err, os.ErrNotExist) {
+				in.log().Error("putting the last good configuration back", zap.Error(err))
+			}
+		}
 		uptime := time.Since(proc.started)
 		delay := in.respawn.next(in.s.opts.Backoff, uptime)
 		streak := in.respawn.streak()
@@ -624,11 +729,17 @@ func (in *instance) saveServersState(ctx context.Context) {
 	}
 }
 
-func (in *instance) saveLastGood() {
-	st := in.s.store()
-	cfg, err := os.ReadFile(st.Layout.ConfigPath(in.lb))
+// runningPath holds a copy of the config HAProxy loaded last: uploads
+// replace haproxy.cfg before the reload, so the running config must be
+// kept apart to become the last good one.
+func (in *instance) runningPath() string { return in.s.store().Layout.ConfigPath(in.lb) + ".running" }
+
+// confirm makes the running config the last good one.
+func (in *instance) confirm() {
+	in.unconfirmed = false
+	cfg, err := os.ReadFile(in.runningPath())
 	if err == nil {
-		err = fsutil.WriteFile(st.lastGoodPath(in.lb), cfg, 0o600)
+		err = fsutil.WriteFile(in.s.store().lastGoodPath(in.lb), cfg, 0o600)
 	}
 	if err != nil {
 		in.log().Warn("recording the last good config", zap.Error(err))

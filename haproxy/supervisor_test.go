@@ -46,7 +46,8 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 		t.Fatal(err)
 	}
 	sup := NewSupervisor(SupervisorOptions{Store: st, Log: zaptest.NewLogger(t),
-		Backoff: Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute}})
+		Backoff:      Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute},
+		ConfirmAfter: time.Second})
 	t.Cleanup(func() {
 		sup.Close()
 		if pid, err := pidfile.Read(st.Layout.PidPath("lb1")); err == nil {
@@ -231,4 +232,67 @@ func TestSupervisorRollsBackAFailedStart(t *testing.T) {
 	if failed, _ := os.ReadFile(st.failedPath("lb1")); !regexp.MustCompile(`gen2`).Match(failed) {
 		t.Fatal("failed config not kept as haproxy.cfg.new-failed")
 	}
+}
+
+// currentWorker returns the pid of the master's current worker.
+func currentWorker(t *testing.T, sup *Supervisor) int {
+	t.Helper()
+	tbl, err := showProc(context.Background(), sup.masterSocket("lb1"))
+	if err != nil || len(tbl.Workers) == 0 {
+		t.Fatalf("show proc: %+v %v", tbl, err)
+	}
+	return tbl.Workers[0]
+}
+
+// TestSupervisorWorkerDeathAfterLoad: a config that kills HAProxy soon
+// after it was loaded is replaced by the last good one before the
+// restart; one that kept HAProxy up for ConfirmAfter is kept.
+func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
+	sup, st, port := realSupervisor(t)
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen1")
+
+	// gen2 loads, then its worker dies at once (as a runtime failure would).
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.Reload(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(currentWorker(t, sup), syscall.SIGKILL)
+	waitAnswer(t, port, "gen1")
+	if cfg, _ := st.Config("lb1"); !strings.Contains(string(cfg), "gen1") {
+		t.Fatalf("stored config after the rollback: %s", cfg)
+	}
+	if failed, _ := os.ReadFile(st.failedPath("lb1")); !strings.Contains(string(failed), "gen2") {
+		t.Fatal("the config that failed is not kept as haproxy.cfg.new-failed")
+	}
+
+	// gen3 stays up past ConfirmAfter: a later crash restarts gen3.
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen3")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.Reload(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen3")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		good, _ := os.ReadFile(st.lastGoodPath("lb1"))
+		if strings.Contains(string(good), "gen3") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gen3 never became the last good config")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	syscall.Kill(currentWorker(t, sup), syscall.SIGKILL)
+	waitAnswer(t, port, "gen3")
 }
