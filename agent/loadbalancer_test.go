@@ -123,3 +123,27 @@ func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 		})
 	}
 }
+
+type okChecker struct{}
+
+func (okChecker) CombinedOutput(context.Context, string, ...string) ([]byte, error) {
+	return []byte("Configuration file is valid\n"), nil
+}
+
+func TestUploadNeitherStartsNorReloads(t *testing.T) {
+	dir := t.TempDir()
+	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(baseConfig(dir))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbs := &fakeLBs{running: map[string]bool{}}
+	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs, HAProxyRunner: okChecker{}})
+	body := []byte("global\n    group nogroup\n")
+	etag, err := a.UploadHAProxy(context.Background(), "AMP1", "lb1", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if etag != "b7ad24fa6e38a5acb37317441f1ee579" || len(lbs.calls) != 0 {
+		t.Fatalf("etag %s, lifecycle calls %v: an upload must not start or reload", etag, lbs.calls)
+	}
+}
