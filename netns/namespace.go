@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -63,6 +64,15 @@ var NamespaceSysctls = []Sysctl{
 	{"net.ipv4.ping_group_range", "0 2147483647"},
 }
 
+// HostSysctls are the connection-tracking sizes upstream's amphora-netns
+// unit sets in the initial namespace (they are global: the namespace's
+// conntrack table is sized there).
+var HostSysctls = []Sysctl{
+	{"net.netfilter.nf_conntrack_buckets", "125000"},
+	{"net.netfilter.nf_conntrack_max", "125000"},
+	{"net.netfilter.nf_conntrack_expect_max", "488"},
+}
+
 var (
 	// ensureMu serializes creation within the process: two callers racing
 	// on the same name must not both bind-mount it.
@@ -100,7 +110,43 @@ func EnsureWith(namespace string, log *zap.Logger) error {
 	if err := loUp(namespace); err != nil {
 		return err
 	}
+	// The IPVS module must be loaded before its per-namespace settings
+	// exist (UDP/SCTP listeners need it); a kernel without it is logged.
+	if out, err := exec.Command("modprobe", "ip_vs").CombinedOutput(); err != nil {
+		if _, seen := lacking.LoadOrStore("modprobe ip_vs", true); !seen {
+			log.Warn("cannot load the ip_vs kernel module; UDP and SCTP listeners will not work",
+				zap.Error(err), zap.String("output", strings.TrimSpace(string(out))))
+		}
+	}
+	reportMissing(namespace, applyHere(HostSysctls), log)
 	return applySysctls(namespace, NamespaceSysctls, log)
+}
+
+type sysctlMiss struct {
+	key string
+	err error
+}
+
+// applyHere applies settings in the calling thread's namespace (the
+// agent's, the initial one) and returns those that failed.
+func applyHere(settings []Sysctl) []sysctlMiss {
+	var missing []sysctlMiss
+	for _, s := range settings {
+		if err := writeSysctl(s.Key, s.Value); err != nil {
+			missing = append(missing, sysctlMiss{s.Key, err})
+		}
+	}
+	return missing
+}
+
+// reportMissing logs each unavailable setting once per process.
+func reportMissing(namespace string, missing []sysctlMiss, log *zap.Logger) {
+	for _, m := range missing {
+		if _, seen := lacking.LoadOrStore(m.key, true); !seen {
+			log.Warn("kernel setting not available; continuing without it",
+				zap.String("namespace", namespace), zap.String("sysctl", m.key), zap.Error(m.err))
+		}
+	}
 }
 
 func validName(namespace string) error {
@@ -206,28 +252,15 @@ func loUp(namespace string) error {
 // opens them). A setting the namespace lacks, or refuses, is reported
 // once; the rest still apply.
 func applySysctls(namespace string, settings []Sysctl, log *zap.Logger) error {
-	type miss struct {
-		key string
-		err error
-	}
-	var missing []miss
+	var missing []sysctlMiss
 	err := onThreadIn(namespace, func() error {
-		for _, s := range settings {
-			if err := writeSysctl(s.Key, s.Value); err != nil {
-				missing = append(missing, miss{s.Key, err})
-			}
-		}
+		missing = applyHere(settings)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, m := range missing {
-		if _, seen := lacking.LoadOrStore(m.key, true); !seen {
-			log.Warn("kernel setting not available in the network namespace; continuing without it",
-				zap.String("namespace", namespace), zap.String("sysctl", m.key), zap.Error(m.err))
-		}
-	}
+	reportMissing(namespace, missing, log)
 	return nil
 }
 

@@ -98,6 +98,13 @@ func TestEnsureCreatesAndConfigures(t *testing.T) {
 			t.Errorf("%s = %q in %s, want %q", s.Key, got, name, s.Value)
 		}
 	}
+	// Conntrack sizes are global, set in the initial namespace as upstream's
+	// amphora-netns unit does (when the conntrack module is loaded).
+	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_max"); err == nil {
+		if got, _ := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_max"); strings.TrimSpace(string(got)) != "125000" {
+			t.Errorf("nf_conntrack_max = %q, want 125000", got)
+		}
+	}
 	// The default namespace keeps its own values.
 	if out, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); strings.Join(strings.Fields(string(out)), " ") == "1025 65534" {
 		t.Log("note: the default namespace already had ip_local_port_range 1025 65534")
@@ -108,7 +115,11 @@ func TestEnsureCreatesAndConfigures(t *testing.T) {
 	// so another test may have logged it already).
 	seen := map[string]int{}
 	for _, e := range logs.All() {
-		seen[e.ContextMap()["sysctl"].(string)]++
+		key, _ := e.ContextMap()["sysctl"].(string)
+		if key == "" {
+			key = e.Message
+		}
+		seen[key]++
 	}
 	for k, n := range seen {
 		if n > 1 {
