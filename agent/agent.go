@@ -79,6 +79,7 @@ type Agent struct {
 	lbs       lbRunner
 	advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
 	lbCerts   certs.Store
+	reloads   coalescer
 }
 
 // New builds an agent around an already loaded configuration.

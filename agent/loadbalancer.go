@@ -41,6 +41,10 @@ func (a *Agent) HAProxyConfig(ctx context.Context, lb string) ([]byte, string, e
 
 // LoadBalancerAction runs start, stop or reload on a load balancer and
 // returns the details text upstream answers with.
+//
+// It takes the mutation lock itself: reloads of one load balancer that
+// queue for the lock are served by a single reload (the controller's
+// flows and retries may send several).
 func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (string, error) {
 	action = strings.ToLower(action)
 	switch action {
@@ -48,6 +52,27 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 	default:
 		return "", fault.Invalid("Invalid Request", "Unknown action: "+action)
 	}
+	if action != actionReload {
+		var details string
+		err := a.Exclusive(ctx, func(ctx context.Context) (err error) {
+			details, err = a.loadBalancerAction(ctx, id, action)
+			return err
+		})
+		return details, err
+	}
+	return a.reloads.do(ctx, id, func(detach func()) (string, error) {
+		var details string
+		err := a.Exclusive(ctx, func(ctx context.Context) (err error) {
+			detach()
+			details, err = a.loadBalancerAction(ctx, id, action)
+			return err
+		})
+		return details, err
+	})
+}
+
+// loadBalancerAction runs action under the mutation lock.
+func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (string, error) {
 	if lbID(id) != nil || !a.lbStore.Exists(id) {
 		return "", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+id)
 	}

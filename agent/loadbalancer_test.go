@@ -2,13 +2,16 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 )
@@ -145,5 +148,59 @@ func TestUploadNeitherStartsNorReloads(t *testing.T) {
 	}
 	if etag != "b7ad24fa6e38a5acb37317441f1ee579" || len(lbs.calls) != 0 {
 		t.Fatalf("etag %s, lifecycle calls %v: an upload must not start or reload", etag, lbs.calls)
+	}
+}
+
+// slowLBs is a fakeLBs whose reloads take a while, so concurrent requests
+// pile up behind the mutation lock.
+type slowLBs struct {
+	fakeLBs
+	reloads atomic.Int32
+}
+
+func (s *slowLBs) Reload(ctx context.Context, lb string) (bool, error) {
+	// Long enough for every caller to queue behind the first reload.
+	if s.reloads.Add(1) == 1 {
+		time.Sleep(300 * time.Millisecond)
+	}
+	return false, nil
+}
+
+func TestConcurrentReloadsCoalesce(t *testing.T) {
+	dir := t.TempDir()
+	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(baseConfig(dir))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbs := &slowLBs{fakeLBs: fakeLBs{running: map[string]bool{}}}
+	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,
+		Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
+	f := &fixture{dir: dir}
+	f.write("lib/lb1/haproxy.cfg", "frontend L1\n    mode http\n")
+
+	const callers = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			details, err := a.LoadBalancerAction(context.Background(), "lb1", "reload")
+			if err == nil && details != "Listener lb1 reloaded" {
+				err = fmt.Errorf("details %q", details)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One reload runs; every request queued behind it shares the next.
+	if n := lbs.reloads.Load(); n < 1 || n > 2 {
+		t.Fatalf("%d concurrent reload requests ran %d reloads, want 1 or 2", callers, n)
 	}
 }

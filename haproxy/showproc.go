@@ -75,13 +75,9 @@ func parseShowProc(out []byte) (procTable, error) {
 // showProc asks the master CLI. The master keeps CLI connections open
 // after an answer, so the command ends with quit.
 func showProc(ctx context.Context, masterSocket string) (procTable, error) {
-	out, err := showProcRaw(ctx, masterSocket)
+	out, err := stats.Command(ctx, masterSocket, "show proc; quit")
 	if err != nil {
 		return procTable{}, err
 	}
 	return parseShowProc(out)
-}
-
-func showProcRaw(ctx context.Context, masterSocket string) ([]byte, error) {
-	return stats.Command(ctx, masterSocket, "show proc; quit")
 }

@@ -169,13 +169,15 @@ func (s *Supervisor) Stop(ctx context.Context, lb string) error {
 }
 
 // Reload makes lb run its stored config without dropping connections. A
-// stopped LB is started instead (started reports that). Reloads requested
-// while one is waiting to run are answered by that one.
+// stopped LB is started instead (started reports that).
 func (s *Supervisor) Reload(ctx context.Context, lb string) (started bool, err error) {
 	if !s.store().Exists(lb) {
 		return false, notFound(lb)
 	}
-	return s.instance(lb).reload(ctx)
+	in := s.instance(lb)
+	in.op.Lock()
+	defer in.op.Unlock()
+	return in.reloadLocked(ctx)
 }
 
 // Delete stops lb and removes its files.
@@ -231,15 +233,6 @@ type instance struct {
 	// proven by ConfirmAfter of uptime.
 	loads       uint64
 	unconfirmed bool
-
-	reqMu   sync.Mutex
-	pending *reloadCall
-}
-
-type reloadCall struct {
-	done    chan struct{}
-	started bool
-	err     error
 }
 
 func (in *instance) log() *zap.Logger { return in.s.log.With(zap.String("lb", in.lb)) }
@@ -258,34 +251,6 @@ func (in *instance) setDesired(running bool) error {
 		return fault.Internalf("recording desired state: %w", err)
 	}
 	return nil
-}
-
-func (in *instance) reload(ctx context.Context) (bool, error) {
-	in.reqMu.Lock()
-	call, leader := in.pending, false
-	if call == nil {
-		call, leader = &reloadCall{done: make(chan struct{})}, true
-		in.pending = call
-	}
-	in.reqMu.Unlock()
-	if !leader {
-		select {
-		case <-call.done:
-			return call.started, call.err
-		case <-ctx.Done():
-			return false, fault.Internal("Error reloading haproxy", "gave up waiting for a reload in progress", ctx.Err())
-		}
-	}
-	in.op.Lock()
-	// From here on, new requests need a reload of their own: the config
-	// they expect may be newer than what this one loads.
-	in.reqMu.Lock()
-	in.pending = nil
-	in.reqMu.Unlock()
-	call.started, call.err = in.reloadLocked(ctx)
-	in.op.Unlock()
-	close(call.done)
-	return call.started, call.err
 }
 
 func (in *instance) reloadLocked(ctx context.Context) (bool, error) {

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,57 +102,6 @@ func waitAnswer(t *testing.T, port int, want string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func masterReloads(t *testing.T, sup *Supervisor) int {
-	t.Helper()
-	out, err := showProcRaw(context.Background(), sup.masterSocket("lb1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^\d+\s+master\s+(\d+)`).FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatalf("no master line in %q", out)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
-func TestSupervisorCoalescesConcurrentReloads(t *testing.T) {
-	sup, st, port := realSupervisor(t)
-	ctx := context.Background()
-	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx, "lb1"); err != nil {
-		t.Fatal(err)
-	}
-	waitAnswer(t, port, "gen1")
-	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen2")); err != nil {
-		t.Fatal(err)
-	}
-	const callers = 6
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for i := 0; i < callers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := sup.Reload(ctx, "lb1")
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := masterReloads(t, sup); n < 1 || n > 2 {
-		t.Fatalf("%d concurrent reload requests made the master reload %d times, want 1 or 2", callers, n)
-	}
-	waitAnswer(t, port, "gen2")
 }
 
 func TestSupervisorRespawnsAndStaysStopped(t *testing.T) {

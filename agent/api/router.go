@@ -99,7 +99,9 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	// GET .../{lb}/haproxy downloads the config; PUT on the same path is an
 	// action named "haproxy" (400), as upstream.
 	r.Handle("/1.0/loadbalancer/{lb_id}/haproxy", s.read(s.getHAProxy)).Methods(http.MethodGet)
-	r.Handle("/1.0/loadbalancer/{object_id}/{action}", s.mutate(s.loadBalancerAction)).Methods(http.MethodPut)
+	// The agent takes the mutation lock for actions itself, so it can
+	// merge reloads queued behind it.
+	r.Handle("/1.0/loadbalancer/{object_id}/{action}", s.selfSerialized(s.loadBalancerAction)).Methods(http.MethodPut)
 	r.Handle("/1.0/certificate", s.mutate(s.rotateCertificate)).Methods(http.MethodPut)
 	r.Handle("/1.0/config", s.mutate(s.updateConfig)).Methods(http.MethodPut)
 	r.Handle("/1.0/plug/vip/{vip}", s.mutate(s.plugVIP)).Methods(http.MethodPost)
@@ -109,6 +111,10 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 
 	return s.recoverPanics(s.accessLog(collapseSlashes(r)))
 }
+
+// selfSerialized wraps a mutating handler whose service call takes the
+// mutation lock on its own.
+func (s *server) selfSerialized(h handler) http.Handler { return s.read(h) }
 
 // read wraps a handler that changes nothing: reads run concurrently.
 func (s *server) read(h handler) http.Handler {

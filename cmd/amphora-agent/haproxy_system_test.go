@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
 const (
@@ -423,4 +425,54 @@ func TestHAProxyDelete(t *testing.T) {
 
 func netListen(network, addr string) (interface{ Close() error }, error) {
 	return net.Listen(network, addr)
+}
+
+// masterReloads reads the master's reload counter from its CLI.
+func (f *lbFixture) masterReloads() int {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := stats.Command(ctx, filepath.Join(f.base(), testLB, "master.sock"), "show proc; quit")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\d+\s+master\s+(\d+)`).FindStringSubmatch(string(out))
+	if m == nil {
+		f.t.Fatalf("no master line in %q", out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func TestHAProxyConcurrentReloadsCoalesce(t *testing.T) {
+	f := newLBFixture(t)
+	f.startServing()
+	if status, body := f.upload(f.config(2)); status != 202 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	before := f.masterReloads()
+	const callers = 6
+	var wg sync.WaitGroup
+	statuses := make(chan string, callers)
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, body := f.action("reload")
+			statuses <- fmt.Sprintf("%d %s", status, body)
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if !strings.HasPrefix(s, "202 ") || !strings.Contains(s, "reloaded") {
+			t.Fatalf("concurrent reload answered %s", s)
+		}
+	}
+	reloads := f.masterReloads() - before
+	t.Logf("%d concurrent PUT reload requests: %d master reloads", callers, reloads)
+	if reloads < 1 || reloads > 2 {
+		t.Fatalf("%d concurrent reloads made the master reload %d times, want 1 or 2", callers, reloads)
+	}
+	f.waitServing("generation 2", "2")
 }
