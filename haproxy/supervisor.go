@@ -28,8 +28,13 @@ import (
 const (
 	startTimeout  = 12 * time.Second
 	reloadTimeout = 12 * time.Second
-	stopTimeout   = 10 * time.Second
-	pollEvery     = 25 * time.Millisecond
+	// operationTimeout bounds a whole start or reload including its
+	// rollback: the controller must get its 500 within 30 s.
+	operationTimeout = 28 * time.Second
+	killWait         = 3 * time.Second
+	stateTimeout     = 3 * time.Second
+	stopTimeout      = 10 * time.Second
+	pollEvery        = 25 * time.Millisecond
 	// settle is how long a new worker must stay up before a start or
 	// reload is answered as done: workers that fail at once are caught
 	// before the controller hears "OK".
@@ -254,6 +259,8 @@ func (in *instance) setDesired(running bool) error {
 }
 
 func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, operationTimeout)
+	defer cancel()
 	if err := in.setDesired(true); err != nil {
 		return false, err
 	}
@@ -433,6 +440,8 @@ func (in *instance) rollback(ctx context.Context) error {
 // last good config exists, that one is put back and started, and the
 // failure is still reported.
 func (in *instance) startOrRestore(ctx context.Context, message string) error {
+	ctx, cancel := context.WithTimeout(ctx, operationTimeout)
+	defer cancel()
 	offset := int64(0)
 	err := in.startLocked(ctx)
 	if err == nil {
@@ -565,7 +574,7 @@ func (in *instance) killLocked() {
 	syscall.Kill(-in.proc.pid, syscall.SIGKILL)
 	select {
 	case <-in.proc.exited:
-	case <-time.After(stopTimeout):
+	case <-time.After(killWait):
 	}
 	in.proc = nil
 }
@@ -676,6 +685,8 @@ func (in *instance) monitor(proc *process) {
 }
 
 func (in *instance) saveServersState(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
 	sock := in.s.store().Layout.SocketPath(in.lb)
 	if sum, err := in.s.store().Layout.Summary(in.lb); err == nil && sum.StatsSocket != "" {
 		sock = sum.StatsSocket
