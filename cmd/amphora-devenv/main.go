@@ -1,8 +1,8 @@
 // Command amphora-devenv prepares a self-contained local environment for
 // `make run`: a dev CA, a server certificate for a generated amphora id, a
 // controller client certificate and an amphora-agent.conf that keeps all
-// state under one folder and listens on loopback. Existing files are kept,
-// so repeated runs reuse the same identity.
+// state under one folder and listens on loopback. The amphora id and the
+// certificates are kept, so repeated runs reuse the same identity.
 package main
 
 import (
@@ -55,11 +55,11 @@ func prepare(state string, port, hbPort int) error {
 			return err
 		}
 	}
+	// The config is rewritten every time so PORT and paths follow the
+	// command line; identity and certificates are kept.
 	conf := l.path("amphora-agent.conf")
-	if !exists(conf) {
-		if err := fsutil.WriteFile(conf, []byte(renderConfig(l, ampID, port, hbPort)), 0o600); err != nil {
-			return err
-		}
+	if err := fsutil.WriteFile(conf, []byte(renderConfig(l, ampID, port, hbPort)), 0o600); err != nil {
+		return err
 	}
 	fmt.Printf(`Dev environment in %[1]s (amphora %[2]s).
 Try it from another shell:
