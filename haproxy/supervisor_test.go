@@ -244,3 +244,37 @@ func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 	syscall.Kill(currentWorker(t, sup), syscall.SIGKILL)
 	waitAnswer(t, port, "gen3")
 }
+
+// TestRestoreNeverAdoptsAForeignProcess: a pid file naming some other
+// process (a recycled pid after a reboot) is neither adopted nor killed;
+// the load balancer is started afresh.
+func TestRestoreNeverAdoptsAForeignProcess(t *testing.T) {
+	sup, st, port := realSupervisor(t)
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := st.ReadState("lb1")
+	state.Running = true
+	if err := st.WriteState("lb1", state); err != nil {
+		t.Fatal(err)
+	}
+	foreign := exec.Command("sleep", "60")
+	if err := foreign.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { foreign.Process.Kill(); foreign.Wait() })
+	if err := os.WriteFile(st.Layout.PidPath("lb1"), []byte(strconv.Itoa(foreign.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen1")
+	if syscall.Kill(foreign.Process.Pid, 0) != nil {
+		t.Fatal("the foreign process was killed")
+	}
+	if pid, _ := pidfile.Read(st.Layout.PidPath("lb1")); pid == foreign.Process.Pid {
+		t.Fatal("the foreign process was adopted as the HAProxy master")
+	}
+}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"io"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -57,8 +58,10 @@ type md5Body struct {
 
 func (s *server) putCertificate(w http.ResponseWriter, r *http.Request) error {
 	v := mux.Vars(r)
-	// The name is checked before the body is read, as upstream does.
+	// The name is checked before the body is stored, as upstream does; the
+	// body is still read so the client sees the answer, not a reset.
 	if err := s.svc.ValidateCertificateName(v["filename"]); err != nil {
+		io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
 		return err
 	}
 	body, err := s.body(r)

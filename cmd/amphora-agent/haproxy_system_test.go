@@ -476,3 +476,25 @@ func TestHAProxyConcurrentReloadsCoalesce(t *testing.T) {
 	}
 	f.waitServing("generation 2", "2")
 }
+
+// TestHAProxyKeepsServingWhenTheAgentStops: a graceful agent stop (SIGTERM,
+// as systemd sends) leaves HAProxy serving.
+func TestHAProxyKeepsServingWhenTheAgentStops(t *testing.T) {
+	f := newLBFixture(t)
+	f.startServing()
+	master := f.hap.master()
+	if err := f.env.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-f.env.Exited():
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent did not stop on SIGTERM")
+	}
+	if g, err := f.get(f.lb.HTTPClient(false)); err != nil || g != "1" {
+		t.Fatalf("after the agent stopped: gen %q, %v", g, err)
+	}
+	if syscall.Kill(master, 0) != nil || f.hap.master() != master {
+		t.Fatal("the HAProxy master did not survive the agent's stop")
+	}
+}

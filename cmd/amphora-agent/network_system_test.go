@@ -88,58 +88,35 @@ func (r *netRig) nft(t *testing.T) string {
 	return string(out)
 }
 
-// haproxy runs a proxy inside the namespace (the lead's supervisor does
-// this in the product): VIP port 80 (both families) and 8080, which the
-// firewall leaves closed, to the member.
-func (r *netRig) haproxy(t *testing.T) (stop func()) {
+// loadBalancer has the agent run a load balancer on the plugged VIP: port
+// 80 (both families) and 8080, which the firewall leaves closed, to the
+// member. HAProxy outlives the agent; the returned watcher kills it.
+func (r *netRig) loadBalancer(t *testing.T) *haproxyMasters {
 	t.Helper()
-	cfg := r.env.Path("haproxy.cfg")
+	const lb = "7c0ffee0-0000-4000-8000-00000000b001"
+	base := r.env.Path("lib")
 	text := fmt.Sprintf(`global
     maxconn 100
+    stats socket %s/%s.sock mode 0666 level user
 defaults
     mode http
     timeout connect 5s
     timeout client 10s
     timeout server 10s
-frontend vip
+frontend L1
     bind %s:80
     bind %s:80
     bind %s:8080
     default_backend members
 backend members
     server member-1 %s:80
-`, netVIP, netVIP6, netVIP, netMember)
-	if err := fsutil.WriteFile(cfg, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := r.amp.Command(context.Background(), "/usr/sbin/haproxy", "-db", "-f", cfg)
-	out := &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = io.Discard, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	stop = func() {
-		select {
-		case <-done:
-			return
-		default:
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+`, base, lb, netVIP, netVIP6, netVIP, netMember)
+	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
+	r.call(t, "PUT", "/1.0/loadbalancer/"+r.env.AmphoraID+"/"+lb+"/haproxy", text, 202)
+	r.call(t, "PUT", "/1.0/loadbalancer/"+lb+"/start", "", 202)
+	return hap
 }
 
-// get fetches url from the client namespace until it answers or the
-// deadline passes; it returns the body.
 func (r *netRig) get(t *testing.T, url string) string {
 	t.Helper()
 	c := r.client.HTTPClient(false)
@@ -330,7 +307,7 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	}
 
 	// Traffic: client -> VIP -> HAProxy in the namespace -> member.
-	stopHAProxy := r.haproxy(t)
+	hap := r.loadBalancer(t)
 	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
 		t.Errorf("IPv4 VIP answered %q", got)
 	}
@@ -366,16 +343,17 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	before := r.state(t)
 	t.Logf("namespace state before the reboot:\n%s", before)
 
-	// Simulated reboot: everything stops, the NICs come back in the
-	// default namespace, bare, under their boot names, the namespace is
-	// gone. (Moving a veth out first: deleting the namespace would destroy
-	// it.)
-	stopHAProxy()
+	// Simulated reboot: the agent and HAProxy stop, the NICs come back in
+	// the default namespace, bare (default MTU, no addresses), under their
+	// boot names, the namespace is gone. (Moving a veth out first:
+	// deleting the namespace would destroy it.)
 	r.env.Stop()
+	hap.kill()
 	pid := strconv.Itoa(os.Getpid())
 	for dev, orig := range map[string]string{"eth1": r.vipNIC.A.Name, "eth2": r.memNIC.A.Name} {
 		r.ip(t, "addr", "flush", "dev", dev)
 		r.ip(t, "link", "set", "dev", dev, "down")
+		r.ip(t, "link", "set", "dev", dev, "mtu", "1500")
 		r.ip(t, "link", "set", "dev", dev, "netns", pid, "name", orig)
 	}
 	if out, err := exec.Command("ip", "netns", "delete", r.amp.Name).CombinedOutput(); err != nil {
@@ -390,7 +368,7 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	if after := r.state(t); after != before {
 		t.Errorf("state after the reboot differs\n--- after\n%s\n--- before\n%s\nagent output:\n%s", after, before, r.env.Output())
 	}
-	r.haproxy(t)
+	// The agent restores the load balancer on its own, after the network.
 	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
 		t.Errorf("after the reboot the IPv4 VIP answered %q", got)
 	}

@@ -5,9 +5,13 @@ package main
 
 import (
 	"bytes"
+	"crypto/md5"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -293,5 +297,113 @@ func TestVersionFlag(t *testing.T) {
 	out, err := exec.Command(testenv.Binary(t), "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "amphora-agent ") {
 		t.Fatalf("--version: %v %q", err, out)
+	}
+}
+
+// TestRepeatedConfigFile: later --config-file values win, like oslo.
+func TestRepeatedConfigFile(t *testing.T) {
+	e := testenv.New(t)
+	if err := os.WriteFile(e.ConfigPath, []byte(e.Config()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The second file moves the API to another port and turns debug off.
+	override := e.Path("override.conf")
+	port := testenv.FreePort(t)
+	if err := os.WriteFile(override, []byte(fmt.Sprintf("[haproxy-amphora]\nbind-port = %d\n[DEFAULT]\ndebug = False\n", port)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Binary(t), "--config-file", e.ConfigPath, "--config-file="+override)
+	var out testenv.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	e.Port = port
+	testenv.WaitFor(t, 15*time.Second, "the agent on the overriding port", func() bool {
+		conn, err := dial(e, e.ClientTLS())
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	})
+	if status, _, _ := e.Do("GET", "/1.0/info", nil); status != 200 {
+		t.Fatalf("info on the overriding port: %d", status)
+	}
+	// debug = False from the second file: no per-request debug lines.
+	if strings.Contains(out.String(), "DEBUG") {
+		t.Fatalf("debug logging although the last file turned it off:\n%s", out.String())
+	}
+}
+
+// TestDebugOptionSwitchesLogLevelLive: debug applies on PUT /1.0/config.
+func TestDebugOptionSwitchesLogLevelLive(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	cfg, _ := os.ReadFile(e.ConfigPath)
+	quiet := strings.Replace(string(cfg), "debug = True", "debug = False", 1)
+	if status, _, body := e.Do("PUT", "/1.0/config", []byte(quiet)); status != 202 {
+		t.Fatalf("config: %d %s", status, body)
+	}
+	before := e.Count("DEBUG", `"path": "/1.0/info"`)
+	for i := 0; i < 3; i++ {
+		e.Do("GET", "/1.0/info", nil)
+	}
+	if status, _, _ := e.Do("PUT", "/1.0/config", cfg); status != 202 {
+		t.Fatal("config back to debug")
+	}
+	e.Do("GET", "/1.0/info", nil)
+	testenv.WaitFor(t, 5*time.Second, "debug lines again", func() bool {
+		return e.Count("DEBUG", `"path": "/1.0/info"`) > before
+	})
+	if got := e.Count("DEBUG", `"path": "/1.0/info"`); got != before+1 {
+		t.Fatalf("%d debug request lines for /1.0/info after the switches, want %d (3 quiet requests, then 1 logged)", got, before+1)
+	}
+}
+
+func TestCertificateEndpoints(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	const lb = "5b6c3d0e-7f1a-4b2c-9d3e-0f1a2b3c4d5e"
+	base := "/1.0/loadbalancer/" + lb + "/certificates/"
+	wrong := `{"message":"Filename has wrong format"}`
+	for _, method := range []string{"PUT", "GET", "DELETE"} {
+		// A large body with a bad name still gets its answer.
+		status, ctype, body := e.Do(method, base+"test.bla", bytes.Repeat([]byte("x"), 1<<20))
+		if status != 400 || ctype != "application/json" || string(body) != wrong {
+			t.Errorf("%s test.bla: %d %s %s", method, status, ctype, body)
+		}
+	}
+	status, _, body := e.Do("GET", base+"x.pem", nil)
+	if status != 404 || string(body) != `{"message":"Certificate Not Found","details":"No certificate with filename: x.pem"}` {
+		t.Errorf("GET missing: %d %s", status, body)
+	}
+	if status, _, body := e.Do("DELETE", base+"x.pem", nil); status != 200 || string(body) != `{"message":"OK"}` {
+		t.Errorf("DELETE missing: %d %s", status, body)
+	}
+	pem := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+	req, _ := http.NewRequest("PUT", e.URL(base+"x.pem"), bytes.NewReader(pem))
+	resp, err := e.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sum := md5.Sum(pem)
+	want := hex.EncodeToString(sum[:])
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") != want {
+		t.Fatalf("PUT: %d ETag %q, want %s", resp.StatusCode, resp.Header.Get("ETag"), want)
+	}
+	if st, err := os.Stat(e.Path("lib", "certs", lb, "x.pem")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("stored certificate: %v %v", st, err)
+	}
+	if status, _, body := e.Do("GET", base+"x.pem", nil); status != 200 || string(body) != `{"md5sum":"`+want+`"}` {
+		t.Errorf("GET: %d %s", status, body)
+	}
+	// Ids that could leave the certificate folder are refused.
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/..%2e/certificates/x.pem", pem); status != 400 && status != 404 {
+		t.Errorf("PUT with an escaping id: %d %s", status, body)
+	}
+	if status, _, _ := e.Do("PUT", "/1.0/loadbalancer/.hidden/certificates/x.pem", pem); status != 400 {
+		t.Errorf("PUT with id .hidden: %d", status)
 	}
 }
