@@ -366,6 +366,53 @@ func TestUpdateFailureRestoresPrevious(t *testing.T) {
 	}
 }
 
+// TestUpdateVIPNetInfoFailure: plug/network with vip_net_info for the VIP
+// port, already in the namespace, whose bring-up fails answers upstream's
+// 500 {"message": "Error plugging vip", "details": ...} (lower-case vip,
+// unlike plug/vip's "Error plugging VIP"), puts the previous VIP file back
+// and re-applies it; the controller's retry then succeeds.
+func TestUpdateVIPNetInfoFailure(t *testing.T) {
+	for _, failOp := range []string{"AddAddr", "Run /usr/local/bin/lvs-masquerade.sh add ipv4 eth1"} {
+		t.Run(failOp, func(t *testing.T) {
+			r := newRig(t, false)
+			ctx := context.Background()
+			if got := r.do(ctx, step{"vip", "203.0.113.10", vipBody4}); !strings.HasPrefix(got, "ok") {
+				t.Fatal(got)
+			}
+			before := r.state()
+			failed := false
+			r.k.fail = func(op string) error {
+				if op == failOp && !failed {
+					failed = true
+					return errors.New("injected failure")
+				}
+				return nil
+			}
+			_, err := r.n.PlugNetwork(ctx, []byte(vipNetInfoBody))
+			if !failed {
+				t.Fatalf("operation %s never happened", failOp)
+			}
+			fe, ok := fault.As(err)
+			if !ok || fe.Kind != fault.KindInternal || fe.Framework || fe.Message != "Error plugging vip" {
+				t.Fatalf("got %s, want 500 message \"Error plugging vip\"", outcome("", err))
+			}
+			if !fe.HasDetails || !strings.Contains(fe.Details, "injected failure") {
+				t.Errorf("details %q (has details: %v), want the bring-up error", fe.Details, fe.HasDetails)
+			}
+			r.k.fail = nil
+			if a, b := strings.Split(r.state(), "## log")[0], strings.Split(before, "## log")[0]; a != b {
+				t.Errorf("state after the failed update differs\n--- after\n%s\n--- before\n%s", a, b)
+			}
+			if got := r.do(ctx, step{"network", "", vipNetInfoBody}); got != "ok: Updated existing interface eth1" {
+				t.Fatalf("retry: %s", got)
+			}
+			if dump := r.k.dump(); !strings.Contains(dump, "addr 198.51.100.30/24") {
+				t.Errorf("the retry did not add the new fixed IP:\n%s", dump)
+			}
+		})
+	}
+}
+
 // TestUpstream11Files applies interface files as an 11.0.0 agent wrote
 // them (no if_type, no is_sriov): the VIP file's rules are applied, the
 // member file (no rules) leaves them alone.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -59,6 +60,8 @@ func TestNetworkRoutes(t *testing.T) {
 		{"plug network", fakeNetwork{}, "POST", "/1.0/plug/network", `{}`, 202, `{"message":"OK","details":"plugged network"}`},
 		{"plug network no nic", fakeNetwork{err: netns.ErrNoInterface}, "POST", "/1.0/plug/network", `{}`, 404,
 			`{"details":"No suitable network interface found"}`},
+		{"plug network vip failed", fakeNetwork{err: fault.Internal("Error plugging vip", "boom", nil)}, "POST", "/1.0/plug/network", `{}`, 500,
+			`{"message":"Error plugging vip","details":"boom"}`},
 		{"plug network put", fakeNetwork{}, "PUT", "/1.0/plug/network", `{}`, 405, methodBody},
 		{"interface", fakeNetwork{ifaces: map[string]string{"203.0.113.4": "eth1"}}, "GET", "/1.0/interface/203.0.113.4", ``, 200,
 			`{"message":"OK","interface":"eth1"}`},
@@ -86,5 +89,55 @@ func TestNetworkRoutes(t *testing.T) {
 				t.Errorf("service got body %q, want %q", f.gotBody, tc.body)
 			}
 		})
+	}
+}
+
+// rulesService checks rules bodies with the real decoder, after the
+// interface lookup, as the agent does.
+type rulesService struct{ *fakeService }
+
+func (s rulesService) SetInterfaceRules(ctx context.Context, ip string, body []byte) error {
+	s.record(body)
+	if _, err := s.net.lookup(ip); err != nil {
+		return err
+	}
+	_, err := netns.DecodeFirewallRules(body)
+	return err
+}
+
+// TestInvalidRulesBody: a rules body the schema refuses gets upstream's
+// framework 400, byte for byte, as JSON; an unknown address is refused
+// before the body is looked at.
+func TestInvalidRulesBody(t *testing.T) {
+	const want = `{"error":"400 Bad Request: Invalid rules information","http_code":400}`
+	f := newFake()
+	f.net = fakeNetwork{ifaces: map[string]string{"203.0.113.4": "eth1", "2001:db8::4": "eth1"}}
+	h := NewHandler(rulesService{f}, zap.NewNop(), Options{})
+	for _, body := range []string{
+		``,
+		`not json`,
+		`{"protocol":"TCP","cidr":null,"port":80}`,
+		`[{"protocol":"tcp","cidr":null,"port":80}]`,
+		`[{"protocol":"VRRP","cidr":null,"port":112}]`,
+		`[{"protocol":"TCP","cidr":null,"port":0}]`,
+		`[{"protocol":"TCP","cidr":null,"port":65536}]`,
+		`[{"protocol":"TCP","port":80}]`,
+		`[{"protocol":"TCP","cidr":null,"port":80,"extra":true}]`,
+		`[{"protocol":"TCP","cidr":"<script>","port":80}]`,
+	} {
+		for _, ip := range []string{"203.0.113.4", "2001:db8::4"} {
+			status, ctype, got := serve(t, h, "PUT", "/1.0/interface/"+ip+"/rules", body)
+			if status != http.StatusBadRequest || ctype != "application/json" || got != want {
+				t.Errorf("PUT rules %s %q = %d %q %q\nwant 400 \"application/json\" %q", ip, body, status, ctype, got, want)
+			}
+		}
+	}
+	status, ctype, got := serve(t, h, "PUT", "/1.0/interface/192.0.2.1/rules", `not json`)
+	if status != http.StatusNotFound || ctype != "application/json" || got != `{"message":"Error interface not found for IP address"}` {
+		t.Errorf("unknown address with a bad body = %d %q %s, want the lookup's 404", status, ctype, got)
+	}
+	status, _, got = serve(t, h, "PUT", "/1.0/interface/203.0.113.4/rules", `[{"protocol":"vrrp","cidr":"203.0.113.5/32","port":112}]`)
+	if status != http.StatusOK || got != `{"message":"OK"}` {
+		t.Errorf("valid rules = %d %s", status, got)
 	}
 }

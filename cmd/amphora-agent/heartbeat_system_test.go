@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,8 +111,10 @@ func hbRemoveLB(t *testing.T, env *testenv.Env, base string) {
 
 // A config change reaches the running sender without a restart: after
 // PUT /1.0/config the heartbeats go to the new destination signed with the
-// new key; after SIGHUP (file edited) the same (§7.4, §7.24, issue
-// requirement 1).
+// new key, at the new interval; after SIGHUP (file edited) the same
+// (§7.4, §7.24, issue requirement 1). The interval is shown by the median
+// spacing of received datagrams: about 1 s, then 2 s after the PUT, then
+// 1 s again after SIGHUP.
 func TestHeartbeatSystemConfigChanges(t *testing.T) {
 	first, second, third := newHBReceiver(t), newHBReceiver(t), newHBReceiver(t)
 	env := testenv.New(t)
@@ -121,14 +124,24 @@ func TestHeartbeatSystemConfigChanges(t *testing.T) {
 	if m.Seq > 1 || m.ID != env.AmphoraID || len(m.Listeners) != 0 || len(m.Pools) != 0 {
 		t.Fatalf("first heartbeat %+v", m)
 	}
+	if med, gaps := first.medianSpacing(hbSpacingGaps, "key-one"); med >= 1500*time.Millisecond {
+		t.Errorf("heartbeat_interval = 1: median spacing %v (gaps %v), want about 1 s", med, gaps)
+	} else {
+		t.Logf("heartbeat_interval = 1: median spacing %v (gaps %v)", med, gaps)
+	}
 
-	upload := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-two\n", second.addr())
+	upload := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 2\nheartbeat_key = key-two\n", second.addr())
 	if status, _, body := env.Do("PUT", "/1.0/config", []byte(upload)); status != 202 {
 		t.Fatalf("PUT /1.0/config: %d %s", status, body)
 	}
 	m2, _ := second.waitFor(hbWait, "key-two", "a heartbeat after PUT /1.0/config", func(health.Message) bool { return true })
 	if m2.Seq <= m.Seq {
 		t.Errorf("seq went from %d to %d", m.Seq, m2.Seq)
+	}
+	if med, gaps := second.medianSpacing(hbSpacingGaps, "key-two"); med < 1500*time.Millisecond || med > 3500*time.Millisecond {
+		t.Errorf("heartbeat_interval = 2 after PUT /1.0/config: median spacing %v (gaps %v), want about 2 s", med, gaps)
+	} else {
+		t.Logf("heartbeat_interval = 2 after PUT /1.0/config: median spacing %v (gaps %v)", med, gaps)
 	}
 
 	edited := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-three\n", third.addr())
@@ -142,5 +155,45 @@ func TestHeartbeatSystemConfigChanges(t *testing.T) {
 	if m3.Seq <= m2.Seq {
 		t.Errorf("seq went from %d to %d", m2.Seq, m3.Seq)
 	}
+	if med, gaps := third.medianSpacing(hbSpacingGaps, "key-three"); med >= 1500*time.Millisecond {
+		t.Errorf("heartbeat_interval = 1 after SIGHUP: median spacing %v (gaps %v), want about 1 s", med, gaps)
+	} else {
+		t.Logf("heartbeat_interval = 1 after SIGHUP: median spacing %v (gaps %v)", med, gaps)
+	}
 	t.Logf("seq %d (key-one) → %d (key-two, after PUT) → %d (key-three, after SIGHUP)", m.Seq, m2.Seq, m3.Seq)
+}
+
+// hbSpacingGaps is how many intervals between datagrams a spacing
+// measurement takes the median of.
+const hbSpacingGaps = 4
+
+// medianSpacing reads gaps+1 heartbeats, each of which must verify with
+// key, and returns the median time between consecutive arrivals with the
+// gaps it measured. A median shrugs off one datagram delayed by a busy
+// machine.
+func (r *hbReceiver) medianSpacing(gaps int, key string) (time.Duration, []time.Duration) {
+	r.t.Helper()
+	deadline := time.Now().Add(hbWait + time.Duration(gaps)*5*time.Second)
+	var stamps []time.Time
+	for len(stamps) < gaps+1 {
+		d := r.next(deadline)
+		if d == nil {
+			r.t.Fatalf("only %d heartbeats arrived; want %d to measure their spacing", len(stamps), gaps+1)
+		}
+		stamps = append(stamps, time.Now())
+		if _, err := health.Decode(d, key); err != nil {
+			r.t.Fatalf("heartbeat does not verify with key %q: %v", key, err)
+		}
+	}
+	measured := make([]time.Duration, 0, gaps)
+	for i := 1; i < len(stamps); i++ {
+		measured = append(measured, stamps[i].Sub(stamps[i-1]).Round(time.Millisecond))
+	}
+	sorted := slices.Clone(measured)
+	slices.Sort(sorted)
+	med := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		med = (sorted[len(sorted)/2-1] + med) / 2
+	}
+	return med, measured
 }

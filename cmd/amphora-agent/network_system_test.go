@@ -151,6 +151,86 @@ func (r *netRig) blocked(t *testing.T, addr string) {
 	}
 }
 
+// foreignRules are tables some other software owns in the namespace: one
+// in the agent's family with a base chain on the input hook, a named set
+// and a regular chain, and one with the agent's table name in another
+// family.
+const foreignRules = `table inet other {
+	set blocked {
+		type ipv4_addr
+		elements = { 192.0.2.200 }
+	}
+	chain other_in {
+		type filter hook input priority 10; policy accept;
+		ip saddr @blocked drop
+		tcp dport 9999 jump other_helper
+	}
+	chain other_helper {
+		tcp dport 9999 accept
+	}
+}
+table ip amphora_table {
+	chain keep {
+		udp dport 4789 accept
+	}
+}
+`
+
+// foreignTables loads foreignRules in the namespace and returns how nft
+// lists them.
+func (r *netRig) foreignTables(t *testing.T) map[string]string {
+	t.Helper()
+	file := r.env.Path("foreign.nft")
+	if err := fsutil.WriteFile(file, []byte(foreignRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := r.amp.Exec(context.Background(), "nft", "-f", file); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	got := map[string]string{}
+	for name, wants := range map[string][]string{
+		"inet other":       {"elements = { 192.0.2.200 }", "ip saddr @blocked drop", "jump other_helper", "chain other_helper"},
+		"ip amphora_table": {"chain keep", "udp dport 4789 accept"},
+	} {
+		family, table, _ := strings.Cut(name, " ")
+		listing := r.nftTable(t, family, table)
+		for _, want := range wants {
+			if !strings.Contains(listing, want) {
+				t.Fatalf("foreign table %s lacks %q:\n%s", name, want, listing)
+			}
+		}
+		got[name] = listing
+	}
+	return got
+}
+
+// checkForeignTables fails unless the foreign tables are listed as they
+// were when loaded.
+func (r *netRig) checkForeignTables(t *testing.T, want map[string]string, when string) {
+	t.Helper()
+	for name, listing := range want {
+		family, table, _ := strings.Cut(name, " ")
+		out, err := r.amp.Exec(context.Background(), "nft", "list", "table", family, table)
+		if err != nil {
+			t.Errorf("%s: foreign table %s is gone: %v", when, name, err)
+			continue
+		}
+		if string(out) != listing {
+			t.Errorf("%s: foreign table %s changed:\n%s\nwant\n%s", when, name, out, listing)
+		}
+	}
+}
+
+// nftTable lists one table in the namespace.
+func (r *netRig) nftTable(t *testing.T, family, table string) string {
+	t.Helper()
+	out, err := r.amp.Exec(context.Background(), "nft", "list", "table", family, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
 func nsInode(t *testing.T, name string) string {
 	t.Helper()
 	var st syscall.Stat_t
@@ -278,32 +358,70 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	}
 	r.call(t, "GET", "/1.0/interface/xx", "", 400)
 
-	// Requirement 5: the VIP firewall.
+	// Requirement 5: the VIP firewall. Tables that are not the agent's
+	// (another family's table of the same name included) exist before the
+	// first rules arrive; applying rules must leave them exactly as they are.
+	foreign := r.foreignTables(t)
 	rulesBody := `[{"protocol":"TCP","cidr":"203.0.113.0/24","port":80},{"protocol":"TCP","cidr":"2001:db8:1::/64","port":80},
 		{"protocol":"UDP","cidr":null,"port":53},{"protocol":"vrrp","cidr":"203.0.113.5/32","port":112}]`
 	if got := r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", rulesBody, 200); got != `{"message":"OK"}` {
 		t.Errorf("rules = %s", got)
 	}
-	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", `[{"protocol":"tcp","cidr":null,"port":80}]`, 400)
+	r.checkForeignTables(t, foreign, "after the first rules")
+	// Invalid bodies: upstream's framework 400, byte for byte.
+	for _, bad := range []string{`[{"protocol":"tcp","cidr":null,"port":80}]`, `[{"protocol":"TCP","cidr":null,"port":0}]`,
+		`{"protocol":"TCP","cidr":null,"port":80}`, `not json`} {
+		if got := r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", bad, 400); got != `{"error":"400 Bad Request: Invalid rules information","http_code":400}` {
+			t.Errorf("rules %s = %s", bad, got)
+		}
+	}
 	r.call(t, "PUT", "/1.0/interface/192.0.2.99/rules", rulesBody, 404)
 	ruleset := r.nft(t)
+	ours := r.nftTable(t, "inet", "amphora_table")
 	for _, want := range []string{
 		"table inet amphora_table", "chain amphora_chain", "type filter hook input priority filter; policy drop;",
 		"iifname \"eth1\" goto amphora_vip_chain", "chain amphora_vip_chain",
 		"ip saddr 203.0.113.0/24 tcp dport 80 accept", "ip6 saddr 2001:db8:1::/64 tcp dport 80 accept",
 		"udp dport 53 accept", "ip saddr 203.0.113.5 ip protocol vrrp accept",
 	} {
-		if !strings.Contains(ruleset, want) {
-			t.Errorf("nft list ruleset lacks %q:\n%s", want, ruleset)
+		if !strings.Contains(ours, want) {
+			t.Errorf("nft list table inet amphora_table lacks %q:\n%s", want, ours)
 		}
 	}
 	if st, err := os.Stat(r.env.Path("lib", "nftables-vip.rules")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("rules file: %v %v", st, err)
 	}
-	// Sending the rules again replaces the table instead of adding to it.
-	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", rulesBody, 200)
-	if again := r.nft(t); again != ruleset {
-		t.Errorf("ruleset changed when the same rules were applied again:\n%s", again)
+	// Other rules replace the agent's table: nothing of the previous
+	// rules is left; the foreign tables are untouched.
+	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", `[{"protocol":"TCP","cidr":null,"port":8443}]`, 200)
+	replaced := r.nftTable(t, "inet", "amphora_table")
+	if !strings.Contains(replaced, "tcp dport 8443 accept") {
+		t.Errorf("new rules not applied:\n%s", replaced)
+	}
+	for _, gone := range []string{"tcp dport 80 accept", "udp dport 53 accept", "ip protocol vrrp accept"} {
+		if strings.Contains(replaced, gone) {
+			t.Errorf("previous rule %q survived the replacement:\n%s", gone, replaced)
+		}
+	}
+	r.checkForeignTables(t, foreign, "after other rules")
+	// Sending the first rules again, twice, gives back exactly the first
+	// ruleset (replaced, not added to).
+	for i := 0; i < 2; i++ {
+		r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", rulesBody, 200)
+		if again := r.nft(t); again != ruleset {
+			t.Errorf("ruleset differs when the first rules were applied again (%d):\n%s\nwant\n%s", i+1, again, ruleset)
+		}
+		r.checkForeignTables(t, foreign, "after the first rules again")
+	}
+	// The foreign tables go, or the state compared across the reboot
+	// below would hold tables nothing restores.
+	for _, table := range [][]string{{"inet", "other"}, {"ip", "amphora_table"}} {
+		if out, err := r.amp.Exec(context.Background(), "nft", "delete", "table", table[0], table[1]); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+	}
+	if got := r.nftTable(t, "inet", "amphora_table"); got != ours {
+		t.Errorf("deleting the foreign tables changed ours:\n%s", got)
 	}
 
 	// Traffic: client -> VIP -> HAProxy in the namespace -> member.
