@@ -16,6 +16,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/certs"
 	"github.com/amphora-agent/amphora-agent/haproxy"
@@ -46,6 +47,8 @@ type Options struct {
 	HAProxyRunner haproxy.Runner
 	// LoadBalancers runs HAProxy; nil supervises real processes.
 	LoadBalancers lbRunner
+	// VRRP runs the ACTIVE_STANDBY keepalived; nil supervises the real one.
+	VRRP vrrpRunner
 	// Advertise announces VIPs after a start or reload in SINGLE topology;
 	// nil sends real gratuitous ARP / unsolicited NA.
 	Advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
@@ -80,6 +83,8 @@ type Agent struct {
 	advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
 	lbCerts   certs.Store
 	reloads   coalescer
+	// The ACTIVE_STANDBY keepalived.
+	vrrp vrrpRunner
 }
 
 // New builds an agent around an already loaded configuration.
@@ -132,6 +137,10 @@ func New(o Options) *Agent {
 	if a.lbs == nil {
 		a.lbs = a.newSupervisor(cfg)
 	}
+	a.vrrp = o.VRRP
+	if a.vrrp == nil {
+		a.vrrp = a.newVRRP(cfg)
+	}
 	a.lbCerts = certs.Store{Dir: cfg.BaseCertDir}
 	a.advertise = o.Advertise
 	if a.advertise == nil {
@@ -158,11 +167,14 @@ func (a *Agent) newSupervisor(cfg *config.Config) *haproxy.Supervisor {
 	return haproxy.NewSupervisor(haproxy.SupervisorOptions{
 		Store:     a.lbStore,
 		Namespace: cfg.Namespace,
-		Backoff: haproxy.Backoff{
+		// respawn_count/respawn_interval (upstart's "respawn limit COUNT
+		// INTERVAL", still rendered by older controllers) shape the
+		// restart backoff instead of being ignored.
+		Backoff: procwatch.Backoff{
 			Count:    cfg.RespawnCount,
 			Interval: cfg.RespawnInterval,
-			Max:      haproxy.DefaultBackoff.Max,
-			Stable:   haproxy.DefaultBackoff.Stable,
+			Max:      procwatch.DefaultBackoff.Max,
+			Stable:   procwatch.DefaultBackoff.Stable,
 		},
 		Log:     a.log.Named("haproxy"),
 		ProcDir: a.procDir,
@@ -178,9 +190,12 @@ func (a *Agent) RestoreLoadBalancers(ctx context.Context) error {
 	})
 }
 
-// Close stops supervision without stopping HAProxy: a restarted agent
-// adopts the running masters, so traffic never stops with the agent.
-func (a *Agent) Close() { a.lbs.Close() }
+// Close stops supervision without stopping HAProxy or keepalived: a
+// restarted agent adopts them, so traffic never stops with the agent.
+func (a *Agent) Close() {
+	a.lbs.Close()
+	a.vrrp.Close()
+}
 
 func (a *Agent) certStore() certs.Store { return a.lbCerts }
 

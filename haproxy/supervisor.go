@@ -19,6 +19,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
@@ -50,7 +51,7 @@ const DefaultConfirmAfter = 10 * time.Second
 type SupervisorOptions struct {
 	Store     *Store
 	Namespace string
-	Backoff   Backoff
+	Backoff   procwatch.Backoff
 	Log       *zap.Logger
 	ProcDir   string
 	// ConfirmAfter: see DefaultConfirmAfter.
@@ -77,8 +78,8 @@ type Supervisor struct {
 // NewSupervisor returns a Supervisor; call Restore to pick up existing
 // load balancers.
 func NewSupervisor(o SupervisorOptions) *Supervisor {
-	if o.Backoff == (Backoff{}) {
-		o.Backoff = DefaultBackoff
+	if o.Backoff == (procwatch.Backoff{}) {
+		o.Backoff = procwatch.DefaultBackoff
 	}
 	if o.ProcDir == "" {
 		o.ProcDir = "/proc"
@@ -139,7 +140,7 @@ func (s *Supervisor) Running(lb string) bool {
 	}
 	in.op.Lock()
 	defer in.op.Unlock()
-	return in.proc != nil && in.proc.alive()
+	return in.proc != nil && in.proc.Alive()
 }
 
 // Start starts lb; starting a running LB changes nothing.
@@ -153,7 +154,7 @@ func (s *Supervisor) Start(ctx context.Context, lb string) error {
 	if err := in.setDesired(true); err != nil {
 		return err
 	}
-	if in.proc != nil && in.proc.alive() {
+	if in.proc != nil && in.proc.Alive() {
 		return nil
 	}
 	return in.startOrRestore(ctx, "Error starting haproxy")
@@ -230,10 +231,10 @@ type instance struct {
 
 	// op serializes start, stop, reload, respawn and delete of this LB.
 	op      sync.Mutex
-	proc    *process // the master, nil when not running
-	desired bool     // keep it running
+	proc    *procwatch.Process // the master, nil when not running
+	desired bool               // keep it running
 	deleted bool
-	respawn respawnTracker
+	respawn procwatch.Respawns
 	// loads counts configs loaded; unconfirmed marks the latest as not yet
 	// proven by ConfirmAfter of uptime.
 	loads       uint64
@@ -264,7 +265,7 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	if err := in.setDesired(true); err != nil {
 		return false, err
 	}
-	if in.proc == nil || !in.proc.alive() {
+	if in.proc == nil || !in.proc.Alive() {
 		return true, in.startOrRestore(ctx, "Error starting haproxy")
 	}
 	// As upstream's ExecReload: never hand the master a config that does
@@ -312,16 +313,16 @@ func (in *instance) signalReload(ctx context.Context) error {
 	for _, w := range before.Workers {
 		old[w] = true
 	}
-	if err := syscall.Kill(in.proc.pid, syscall.SIGUSR2); err != nil {
+	if err := syscall.Kill(in.proc.Pid, syscall.SIGUSR2); err != nil {
 		return fmt.Errorf("signalling the master: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 	defer cancel()
 	for {
-		if !in.proc.alive() {
-			return fmt.Errorf("HAProxy master %s during reload", in.proc.status)
+		if !in.proc.Alive() {
+			return fmt.Errorf("HAProxy master %s during reload", in.proc.Status)
 		}
-		if now, err := showProc(ctx, sock); err == nil && now.MasterPID == in.proc.pid {
+		if now, err := showProc(ctx, sock); err == nil && now.MasterPID == in.proc.Pid {
 			if now.FailedReloads > before.FailedReloads {
 				return errors.New("HAProxy could not load the new configuration")
 			}
@@ -345,8 +346,8 @@ func (in *instance) settled(ctx context.Context, worker int) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-in.proc.exited:
-		return fmt.Errorf("HAProxy master %s right after loading the configuration", in.proc.status)
+	case <-in.proc.Exited:
+		return fmt.Errorf("HAProxy master %s right after loading the configuration", in.proc.Status)
 	case <-time.After(settle):
 	}
 	now, err := showProc(ctx, in.s.masterSocket(in.lb))
@@ -379,7 +380,7 @@ func (in *instance) loaded() {
 	time.AfterFunc(in.s.opts.ConfirmAfter, func() {
 		in.op.Lock()
 		defer in.op.Unlock()
-		if in.loads == gen && in.unconfirmed && in.proc == proc && proc != nil && proc.alive() {
+		if in.loads == gen && in.unconfirmed && in.proc == proc && proc != nil && proc.Alive() {
 			in.confirm()
 		}
 	})
@@ -389,7 +390,7 @@ func (in *instance) loaded() {
 // it: a config that served until the next change or a deliberate stop has
 // proven itself.
 func (in *instance) confirmIfAlive() {
-	if in.unconfirmed && in.proc != nil && in.proc.alive() {
+	if in.unconfirmed && in.proc != nil && in.proc.Alive() {
 		in.confirm()
 	}
 }
@@ -427,7 +428,7 @@ func (in *instance) rollback(ctx context.Context) error {
 	}
 	// The config going back in has already proven itself.
 	in.unconfirmed = false
-	if in.proc != nil && in.proc.alive() {
+	if in.proc != nil && in.proc.Alive() {
 		if err := in.signalReload(ctx); err == nil {
 			return nil
 		}
@@ -496,33 +497,33 @@ func (in *instance) startLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proc := watchChild(cmd)
+	proc := procwatch.WatchChild(cmd)
 	if err := in.waitReady(ctx, proc, pidPath); err != nil {
-		syscall.Kill(-proc.pid, syscall.SIGKILL)
-		<-proc.exited
+		syscall.Kill(-proc.Pid, syscall.SIGKILL)
+		<-proc.Exited
 		return err
 	}
 	in.proc = proc
-	in.log().Info("HAProxy started", zap.Int("pid", proc.pid))
+	in.log().Info("HAProxy started", zap.Int("pid", proc.Pid))
 	go in.monitor(proc)
 	return nil
 }
 
-func (in *instance) waitReady(ctx context.Context, proc *process, pidPath string) error {
+func (in *instance) waitReady(ctx context.Context, proc *procwatch.Process, pidPath string) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	sock := in.s.masterSocket(in.lb)
 	for {
 		select {
-		case <-proc.exited:
-			return fmt.Errorf("HAProxy %s", proc.status)
+		case <-proc.Exited:
+			return fmt.Errorf("HAProxy %s", proc.Status)
 		default:
 		}
 		if t, err := showProc(ctx, sock); err == nil && len(t.Workers) > 0 {
-			if pid, err := pidfile.Read(pidPath); err == nil && pid == proc.pid {
+			if pid, err := pidfile.Read(pidPath); err == nil && pid == proc.Pid {
 				select {
-				case <-proc.exited:
-					return fmt.Errorf("HAProxy %s right after start", proc.status)
+				case <-proc.Exited:
+					return fmt.Errorf("HAProxy %s right after start", proc.Status)
 				case <-time.After(settle):
 					return nil
 				}
@@ -547,23 +548,23 @@ func (in *instance) stopLocked() error {
 		if err != nil || !in.isOurMaster(pid) {
 			return nil
 		}
-		proc = watchAdopted(pid, in.s.done)
+		proc = procwatch.WatchAdopted(pid, in.s.done)
 	}
 	in.proc = nil
-	syscall.Kill(proc.pid, syscall.SIGTERM)
+	syscall.Kill(proc.Pid, syscall.SIGTERM)
 	select {
-	case <-proc.exited:
+	case <-proc.Exited:
 	case <-time.After(stopTimeout):
-		syscall.Kill(-proc.pid, syscall.SIGKILL)
+		syscall.Kill(-proc.Pid, syscall.SIGKILL)
 		select {
-		case <-proc.exited:
+		case <-proc.Exited:
 		case <-time.After(stopTimeout):
-			return fmt.Errorf("HAProxy master %d did not exit", proc.pid)
+			return fmt.Errorf("HAProxy master %d did not exit", proc.Pid)
 		}
 	}
 	os.Remove(st.Layout.PidPath(in.lb))
 	os.Remove(in.s.masterSocket(in.lb))
-	in.log().Info("HAProxy stopped", zap.Int("pid", proc.pid))
+	in.log().Info("HAProxy stopped", zap.Int("pid", proc.Pid))
 	return nil
 }
 
@@ -571,9 +572,9 @@ func (in *instance) killLocked() {
 	if in.proc == nil {
 		return
 	}
-	syscall.Kill(-in.proc.pid, syscall.SIGKILL)
+	syscall.Kill(-in.proc.Pid, syscall.SIGKILL)
 	select {
-	case <-in.proc.exited:
+	case <-in.proc.Exited:
 	case <-time.After(killWait):
 	}
 	in.proc = nil
@@ -589,7 +590,7 @@ func (in *instance) restoreLocked(ctx context.Context) error {
 	in.desired = state.Running
 	if pid, err := pidfile.Read(st.Layout.PidPath(in.lb)); err == nil && in.isOurMaster(pid) {
 		if _, err := showProc(ctx, in.s.masterSocket(in.lb)); err == nil {
-			in.proc = watchAdopted(pid, in.s.done)
+			in.proc = procwatch.WatchAdopted(pid, in.s.done)
 			in.log().Info("adopted running HAProxy", zap.Int("pid", pid))
 			go in.monitor(in.proc)
 			if !in.desired {
@@ -609,21 +610,21 @@ func (in *instance) restoreLocked(ctx context.Context) error {
 // isOurMaster checks that pid is an HAProxy master running lb's config
 // with lb's master socket, so a recycled pid is never adopted or killed.
 func (in *instance) isOurMaster(pid int) bool {
-	args, err := cmdline(in.s.opts.ProcDir, pid)
+	args, err := procwatch.Cmdline(in.s.opts.ProcDir, pid)
 	if err != nil {
 		return false
 	}
 	sock := in.s.masterSocket(in.lb)
 	cfg := in.s.store().Layout.ConfigPath(in.lb)
-	return argAfter(args, "-S", func(v string) bool { return v == sock || strings.HasPrefix(v, sock+",") }) &&
-		argAfter(args, "-f", func(v string) bool { return v == cfg })
+	return procwatch.ArgAfter(args, "-S", func(v string) bool { return v == sock || strings.HasPrefix(v, sock+",") }) &&
+		procwatch.ArgAfter(args, "-f", func(v string) bool { return v == cfg })
 }
 
 // monitor waits for the master to end and, unless that was asked for,
 // starts it again with backoff.
-func (in *instance) monitor(proc *process) {
+func (in *instance) monitor(proc *procwatch.Process) {
 	select {
-	case <-proc.exited:
+	case <-proc.Exited:
 	case <-in.s.done:
 		return
 	}
@@ -642,19 +643,19 @@ func (in *instance) monitor(proc *process) {
 			in.unconfirmed = false
 			if err := in.restoreLastGoodFile(); err == nil {
 				in.log().Error("HAProxy died soon after loading a new configuration; restarting it on the last good configuration",
-					zap.String("status", proc.status))
+					zap.String("status", proc.Status))
 			} else if !errors.Is(err, os.ErrNotExist) {
 				in.log().Error("putting the last good configuration back", zap.Error(err))
 			}
 		}
-		uptime := time.Since(proc.started)
-		delay := in.respawn.next(in.s.opts.Backoff, uptime)
-		streak := in.respawn.streak()
+		uptime := time.Since(proc.Started)
+		delay := in.respawn.Next(in.s.opts.Backoff, uptime)
+		streak := in.respawn.Streak()
 		in.op.Unlock()
 
 		if streak <= 5 || streak%10 == 0 {
 			in.log().Warn("HAProxy master died; restarting it",
-				zap.String("status", proc.status), zap.Duration("uptime", uptime.Round(time.Millisecond)),
+				zap.String("status", proc.Status), zap.Duration("uptime", uptime.Round(time.Millisecond)),
 				zap.Duration("after", delay), zap.Int("restarts_in_a_row", streak))
 		}
 		select {
@@ -673,14 +674,14 @@ func (in *instance) monitor(proc *process) {
 		started := in.proc
 		in.op.Unlock()
 		if err == nil {
-			in.log().Info("HAProxy restarted", zap.Int("pid", started.pid), zap.Int("restarts_in_a_row", streak))
+			in.log().Info("HAProxy restarted", zap.Int("pid", started.Pid), zap.Int("restarts_in_a_row", streak))
 			return // the new process has its own monitor
 		}
 		if streak <= 5 || streak%10 == 0 {
 			in.log().Error("restarting HAProxy failed", zap.Error(err), zap.String("output", in.logSince(0, err)))
 		}
 		// Treat the failed start like a crash at once.
-		proc = &process{started: time.Now(), status: err.Error()}
+		proc = procwatch.Failed(err.Error())
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
 // These tests run a real HAProxy in the test's own network namespace on
@@ -45,7 +46,7 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 		t.Fatal(err)
 	}
 	sup := NewSupervisor(SupervisorOptions{Store: st, Log: zaptest.NewLogger(t),
-		Backoff:      Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute},
+		Backoff:      procwatch.Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute},
 		ConfirmAfter: time.Second})
 	t.Cleanup(func() {
 		sup.Close()

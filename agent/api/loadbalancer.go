@@ -1,7 +1,6 @@
 package api
 
 import (
-	"io"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -58,10 +57,8 @@ type md5Body struct {
 
 func (s *server) putCertificate(w http.ResponseWriter, r *http.Request) error {
 	v := mux.Vars(r)
-	// The name is checked before the body is stored, as upstream does; the
-	// body is still read so the client sees the answer, not a reset.
+	// The name is checked before the body is read, as upstream does.
 	if err := s.svc.ValidateCertificateName(v["filename"]); err != nil {
-		io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
 		return err
 	}
 	body, err := s.body(r)

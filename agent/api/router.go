@@ -36,6 +36,9 @@ type Service interface {
 	PutCertificate(ctx context.Context, lb, name string, body []byte) (string, error)
 	CertificateMD5(ctx context.Context, lb, name string) (string, error)
 	DeleteCertificate(ctx context.Context, lb, name string) error
+
+	UploadVRRP(ctx context.Context, body []byte) (string, error)
+	VRRPAction(ctx context.Context, action string) (string, error)
 }
 
 // Options tune the HTTP surface.
@@ -108,8 +111,12 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	r.Handle("/1.0/plug/network", s.mutate(s.plugNetwork)).Methods(http.MethodPost)
 	r.Handle("/1.0/interface/{ip}", s.read(s.getInterface)).Methods(http.MethodGet)
 	r.Handle("/1.0/interface/{ip}/rules", s.mutate(s.setInterfaceRules)).Methods(http.MethodPut)
+	// The upload before the action route: PUT /1.0/vrrp/upload is the
+	// upload, not an action named "upload".
+	r.Handle("/1.0/vrrp/upload", s.mutate(s.uploadVRRP)).Methods(http.MethodPut)
+	r.Handle("/1.0/vrrp/{action}", s.mutate(s.vrrpAction)).Methods(http.MethodPut)
 
-	return s.recoverPanics(s.accessLog(collapseSlashes(r)))
+	return s.recoverPanics(s.accessLog(drainBody(collapseSlashes(r))))
 }
 
 // selfSerialized wraps a mutating handler whose service call takes the
@@ -160,11 +167,22 @@ func (s *server) body(r *http.Request) ([]byte, error) {
 		return nil, fault.Invalid("Invalid request body", err.Error())
 	}
 	if int64(len(data)) > limit {
-		io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
+		// drainBody reads the rest, so the client gets this answer.
 		return nil, fault.Invalid("Request body too large",
 			fmt.Sprintf("the request body exceeds the limit of %d bytes", limit))
 	}
 	return data, nil
+}
+
+// drainBody reads what a handler left of the request body (up to
+// drainLimit) before the answer goes out: a client that sends its whole
+// body before reading, as the controller's does, would otherwise see a
+// reset instead of the error it is being sent.
+func drainBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		io.Copy(io.Discard, io.LimitReader(r.Body, drainLimit))
+	})
 }
 
 // collapseSlashes turns runs of '/' into one before routing: the controller

@@ -105,6 +105,16 @@ func (f *fakeService) DeleteCertificate(_ context.Context, lb, name string) erro
 	return nil
 }
 
+func (f *fakeService) UploadVRRP(_ context.Context, body []byte) (string, error) {
+	f.call("vrrp-upload", string(body))
+	return "etag-vrrp", nil
+}
+
+func (f *fakeService) VRRPAction(_ context.Context, action string) (string, error) {
+	f.call("vrrp", action)
+	return "keepalived " + action + "ed", nil
+}
+
 func (f *fakeService) record(body []byte) {
 	n := f.inside.Add(1)
 	for {

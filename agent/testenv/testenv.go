@@ -78,6 +78,8 @@ type Env struct {
 	// Extra is appended to the rendered config (later values win).
 	Extra string
 
+	namespace string
+
 	t    testing.TB
 	cmd  *exec.Cmd
 	out  *SyncBuffer
@@ -122,12 +124,14 @@ func New(t testing.TB) *Env {
 	e.Port = FreePort(t)
 	// The agent creates its data-plane namespace at start-up; remove it
 	// with the test (a test that names its own namespace removes that).
-	t.Cleanup(func() { exec.Command("ip", "netns", "delete", e.Namespace()).Run() })
+	e.namespace = fmt.Sprintf("amphora-test-%d", e.Port)
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", e.namespace).Run() })
 	return e
 }
 
 // Namespace is the data-plane namespace the rendered config names.
-func (e *Env) Namespace() string { return fmt.Sprintf("amphora-test-%d", e.Port) }
+// It is fixed when the Env is made, even if a test moves Port later.
+func (e *Env) Namespace() string { return e.namespace }
 
 // Path joins parts under the env's folder.
 func (e *Env) Path(parts ...string) string {

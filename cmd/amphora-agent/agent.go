@@ -108,6 +108,10 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		if err := a.RestoreLoadBalancers(ctx); err != nil {
 			log.Error("restoring load balancers", zap.Error(err))
 		}
+		// keepalived last: its check tracks the load balancers.
+		if err := a.RestoreVRRP(ctx); err != nil {
+			log.Error("restoring keepalived", zap.Error(err))
+		}
 	}()
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.

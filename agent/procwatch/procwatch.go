@@ -1,0 +1,137 @@
+// Package procwatch is the small piece of process supervision that HAProxy
+// and keepalived share: following a daemon the agent started or adopted
+// (without confusing it with a recycled pid), recognising it by its
+// command line, and pacing restarts of one that keeps dying.
+package procwatch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Process is one supervised daemon, started by this agent or adopted from
+// a previous agent run.
+type Process struct {
+	Pid     int
+	Started time.Time
+	// Exited is closed when the process is gone.
+	Exited <-chan struct{}
+	// Status tells how it ended; set before Exited is closed.
+	Status string
+}
+
+// Alive reports whether the process still runs.
+func (p *Process) Alive() bool {
+	if p.Exited == nil {
+		return false
+	}
+	select {
+	case <-p.Exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Failed stands for a start that failed: a process that never ran, for
+// the restart pacing.
+func Failed(status string) *Process {
+	c := make(chan struct{})
+	close(c)
+	return &Process{Started: time.Now(), Exited: c, Status: status}
+}
+
+// DescribeExit renders a child's end for the log.
+func DescribeExit(ps *os.ProcessState, err error) string {
+	if ps == nil {
+		return fmt.Sprintf("wait failed: %v", err)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by signal " + ws.Signal().String()
+	}
+	return "exit status " + strconv.Itoa(ps.ExitCode())
+}
+
+// WatchChild reaps a started child.
+func WatchChild(cmd *exec.Cmd) *Process {
+	exited := make(chan struct{})
+	p := &Process{Pid: cmd.Process.Pid, Started: time.Now(), Exited: exited}
+	go func() {
+		err := cmd.Wait()
+		p.Status = DescribeExit(cmd.ProcessState, err)
+		close(exited)
+	}()
+	return p
+}
+
+// WatchAdopted follows a process started by an earlier agent run. It is
+// not this process's child, so it cannot be waited for; a pidfd tells when
+// it ends without the risk of pid reuse, with /proc polling as the
+// fallback on kernels without pidfd_open. Closing done stops the watch.
+func WatchAdopted(pid int, done <-chan struct{}) *Process {
+	exited := make(chan struct{})
+	p := &Process{Pid: pid, Started: time.Now(), Exited: exited}
+	fd, err := unix.PidfdOpen(pid, 0)
+	go func() {
+		defer close(exited)
+		p.Status = "exited (not a child of this agent: exit status unknown)"
+		if err == nil {
+			defer unix.Close(fd)
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			for {
+				n, perr := unix.Poll(fds, 500)
+				if n > 0 || perr != nil && !errors.Is(perr, unix.EINTR) {
+					return
+				}
+				select {
+				case <-done:
+					p.Status = "no longer watched"
+					return
+				default:
+				}
+			}
+		}
+		for {
+			if unix.Kill(pid, 0) != nil {
+				return
+			}
+			select {
+			case <-done:
+				p.Status = "no longer watched"
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return p
+}
+
+// Cmdline returns the argument vector of pid as procDir (normally /proc)
+// shows it.
+func Cmdline(procDir string, pid int) ([]string, error) {
+	data, err := os.ReadFile(procDir + "/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(bytes.TrimRight(data, "\x00")), "\x00"), nil
+}
+
+// ArgAfter reports whether args hold flag followed by a value that
+// satisfies match.
+func ArgAfter(args []string, flag string, match func(string) bool) bool {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag && match(args[i+1]) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"context"
+	"strings"
+
+	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/keepalived"
+)
+
+// vrrpRunner runs the ACTIVE_STANDBY keepalived; keepalived.VRRP in
+// production, a fake in unit tests.
+type vrrpRunner interface {
+	Upload(ctx context.Context, body []byte) error
+	Start(ctx context.Context) (reloaded bool, err error)
+	Reload(ctx context.Context) (started bool, err error)
+	Stop(ctx context.Context) error
+	Restore(ctx context.Context) error
+	Close()
+}
+
+func (a *Agent) newVRRP(cfg *config.Config) *keepalived.VRRP {
+	return keepalived.NewVRRP(keepalived.VRRPOptions{
+		Base:        cfg.BasePath,
+		Cmd:         cfg.KeepalivedCmd,
+		Namespace:   cfg.Namespace,
+		LogFacility: cfg.AdministrativeLogFacility,
+		ProcDir:     a.procDir,
+		Log:         a.log.Named("keepalived"),
+	})
+}
+
+// UploadVRRP validates and stores the keepalived (VRRP) config, refreshes
+// the HAProxy check keepalived tracks, and returns the ETag (the md5 of
+// the body). keepalived is neither started nor reloaded. Runs under the
+// mutation lock.
+func (a *Agent) UploadVRRP(ctx context.Context, body []byte) (string, error) {
+	if err := a.vrrp.Upload(ctx, body); err != nil {
+		return "", err
+	}
+	if err := a.updateVRRPCheck(""); err != nil {
+		return "", err
+	}
+	return haproxy.MD5(body), nil
+}
+
+// VRRPAction starts, stops or reloads keepalived and returns upstream's
+// details text; start on a running keepalived is a reload. Runs under the
+// mutation lock.
+func (a *Agent) VRRPAction(ctx context.Context, action string) (string, error) {
+	action = strings.ToLower(action)
+	var err error
+	switch action {
+	case actionStart:
+		var reloaded bool
+		if reloaded, err = a.vrrp.Start(ctx); reloaded {
+			action = actionReload
+		}
+	case actionReload:
+		var started bool
+		if started, err = a.vrrp.Reload(ctx); started {
+			action = actionStart
+		}
+	case actionStop:
+		err = a.vrrp.Stop(ctx)
+	default:
+		return "", fault.Invalid("Invalid Request", "Unknown action: "+action)
+	}
+	if err != nil {
+		return "", fault.Internal("Failed to "+action+" octavia-keepalived service", err.Error(), err)
+	}
+	// Sic: upstream appends "ed", hence "stoped".
+	return "keepalived " + action + "ed", nil
+}
+
+// RestoreVRRP brings keepalived back to its desired state at start-up,
+// after the network and the load balancers, holding the mutation lock.
+func (a *Agent) RestoreVRRP(ctx context.Context) error {
+	return a.Exclusive(ctx, a.vrrp.Restore)
+}

@@ -1,0 +1,155 @@
+package keepalived
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+)
+
+func TestCheckScriptSumsExitCodes(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not installed")
+	}
+	base := t.TempDir()
+	v := NewVRRP(VRRPOptions{Base: base, Log: zaptest.NewLogger(t),
+		Validate: func(context.Context, string) (string, error) { return "", nil }})
+	if err := v.Upload(context.Background(), []byte("vrrp_instance x {}\n")); err != nil {
+		t.Fatal(err)
+	}
+	script := v.Layout().CheckScriptPath()
+	st, err := os.Stat(script)
+	if err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("check_script.sh: %v %v", st, err)
+	}
+	data, _ := os.ReadFile(script)
+	dir := filepath.Join(base, "vrrp", "check_scripts")
+	if !strings.HasPrefix(string(data), "#!/bin/bash\n") || !strings.Contains(string(data), "for file in "+dir+"/*\n") ||
+		!strings.Contains(string(data), "shopt -s nullglob") {
+		t.Fatalf("check_script.sh:\n%s", data)
+	}
+	run := func() int {
+		t.Helper()
+		err := exec.Command(script).Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	}
+	// An empty folder is healthy.
+	if got := run(); got != 0 {
+		t.Fatalf("empty check_scripts: exit %d", got)
+	}
+	// Scripts need not be executable: each runs with bash.
+	for name, body := range map[string]string{"a.sh": "exit 0", "b.sh": "exit 2", "c": "exit 3"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := run(); got != 5 {
+		t.Fatalf("exit codes 0+2+3: got %d, want 5", got)
+	}
+}
+
+func TestUploadWritesFilesAndRecordsEnabled(t *testing.T) {
+	base := t.TempDir()
+	var validated string
+	v := NewVRRP(VRRPOptions{Base: base, Log: zaptest.NewLogger(t),
+		Validate: func(_ context.Context, path string) (string, error) {
+			data, _ := os.ReadFile(path)
+			validated = string(data)
+			return "", nil
+		}})
+	body := []byte("vrrp_instance a {}\n")
+	if err := v.Upload(context.Background(), body); err != nil {
+		t.Fatal(err)
+	}
+	l := v.Layout()
+	st, err := os.Stat(l.ConfigPath())
+	if err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("config: %v %v", st, err)
+	}
+	if got, _ := os.ReadFile(l.ConfigPath()); string(got) != string(body) || validated != string(body) {
+		t.Fatalf("stored %q, validated %q", got, validated)
+	}
+	if fi, err := os.Stat(CheckScripts{Base: base}.Dir()); err != nil || !fi.IsDir() {
+		t.Fatalf("check_scripts folder: %v", err)
+	}
+	if _, err := os.Stat(l.stagedPath()); !os.IsNotExist(err) {
+		t.Fatalf("staged file left behind: %v", err)
+	}
+	s, err := v.readState()
+	if err != nil || !s.Enabled || s.Stopped {
+		t.Fatalf("state %+v %v", s, err)
+	}
+}
+
+func TestInvalidUploadKeepsTheOldConfig(t *testing.T) {
+	base := t.TempDir()
+	v := NewVRRP(VRRPOptions{Base: base, Log: zaptest.NewLogger(t),
+		Validate: func(_ context.Context, path string) (string, error) {
+			data, _ := os.ReadFile(path)
+			if strings.Contains(string(data), "bogus") {
+				return "(Line 1) Unknown keyword 'bogus'", errors.New("exit status 5")
+			}
+			return "", nil
+		}})
+	ctx := context.Background()
+	if err := v.Upload(ctx, []byte("good\n")); err != nil {
+		t.Fatal(err)
+	}
+	err := v.Upload(ctx, []byte("bogus\n"))
+	fe, ok := fault.As(err)
+	if !ok || fe.Kind != fault.KindInvalid || fe.Message != "Invalid request" || fe.Details != "(Line 1) Unknown keyword 'bogus'" {
+		t.Fatalf("invalid upload: %#v", err)
+	}
+	if got, _ := os.ReadFile(v.Layout().ConfigPath()); string(got) != "good\n" {
+		t.Fatalf("stored config after a rejected upload: %q", got)
+	}
+	if got, _ := os.ReadFile(v.Layout().failedPath()); string(got) != "bogus\n" {
+		t.Fatalf("rejected config kept as %q", got)
+	}
+}
+
+// keepalived -t itself: a syntax error is refused with keepalived's words;
+// a valid config passes.
+func TestKeepalivedTest(t *testing.T) {
+	bin, err := exec.LookPath("keepalived")
+	if err != nil {
+		t.Skip("keepalived is not installed (make test installs it)")
+	}
+	v := NewVRRP(VRRPOptions{Base: t.TempDir(), Cmd: bin, Log: zaptest.NewLogger(t)})
+	ctx := context.Background()
+	err = v.Upload(ctx, []byte("vrrp_instance x {\n    bogus_keyword 1\n    interface\n}\n"))
+	fe, ok := fault.As(err)
+	if !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "Unknown keyword 'bogus_keyword'") {
+		t.Fatalf("invalid config: %v", err)
+	}
+	if _, err := os.Stat(v.Layout().ConfigPath()); !os.IsNotExist(err) {
+		t.Fatalf("an invalid first upload was stored: %v", err)
+	}
+	if err := v.Upload(ctx, []byte("global_defs {\n    router_id amp\n}\n")); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+}
+
+func TestArgs(t *testing.T) {
+	v := NewVRRP(VRRPOptions{Base: "/var/lib/octavia", LogFacility: 1})
+	got := strings.Join(v.args(), " ")
+	want := "--dont-fork --log-facility=1 -f /var/lib/octavia/vrrp/octavia-keepalived.conf -p /var/lib/octavia/vrrp/octavia-keepalived.pid" +
+		" -r /var/lib/octavia/vrrp/octavia-keepalived.vrrp.pid -c /var/lib/octavia/vrrp/octavia-keepalived.check.pid"
+	if got != want {
+		t.Fatalf("args:\n%s\nwant\n%s", got, want)
+	}
+}
