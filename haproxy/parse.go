@@ -27,6 +27,9 @@ type Summary struct {
 	StatsSocket string
 	// GlobalMaxconn is the global section's maxconn, 0 when absent.
 	GlobalMaxconn int
+	// Splice reports an `option splice-*` anywhere: HAProxy then keeps
+	// pipes (two descriptors each) for a quarter of maxconn.
+	Splice bool
 	// BindAddresses are the IP addresses of the frontends' bind lines, in
 	// order of appearance, without duplicates (the VIPs to advertise).
 	BindAddresses []netip.Addr
@@ -69,6 +72,8 @@ func Parse(cfg []byte) Summary {
 		switch {
 		case fields[0] == "stats" && len(fields) > 2 && fields[1] == "socket" && sum.StatsSocket == "":
 			sum.StatsSocket = fields[2]
+		case fields[0] == "option" && len(fields) > 1 && strings.HasPrefix(fields[1], "splice-"):
+			sum.Splice = true
 		case inGlobal && fields[0] == "maxconn" && len(fields) > 1:
 			sum.GlobalMaxconn, _ = strconv.Atoi(fields[1])
 		case inDefaults && fields[0] == "mode" && len(fields) > 1:

@@ -218,11 +218,12 @@ const fdsPerConn, fdSlack = 2, 40
 // than HAProxy will be allowed, with the numbers and the setting to change,
 // instead of the bare alert HAProxy would print at start.
 func (s *Store) checkFDs(cfg []byte) error {
-	maxconn := Parse(cfg).GlobalMaxconn
+	sum := Parse(cfg)
+	maxconn := sum.GlobalMaxconn
 	if maxconn <= 0 {
 		return nil
 	}
-	need := fdsNeeded(maxconn)
+	need := sum.FDsNeeded()
 	limit := s.fdLimit(need)
 	if need <= limit {
 		return nil
@@ -237,11 +238,19 @@ func (s *Store) fdLimit(need uint64) uint64 {
 	return raiseFDLimit(need)
 }
 
-func fdsNeeded(maxconn int) uint64 {
-	if maxconn <= 0 {
+// FDsNeeded estimates the open files HAProxy asks for: two per
+// connection, two per splice pipe (maxconn/4 of them when splicing is on),
+// and some slack for listeners, logs and sockets. With Octavia's default
+// 50000 connections and splicing that is about 125000.
+func (s Summary) FDsNeeded() uint64 {
+	if s.GlobalMaxconn <= 0 {
 		return 0
 	}
-	return uint64(maxconn)*fdsPerConn + fdSlack
+	need := uint64(s.GlobalMaxconn)*fdsPerConn + fdSlack
+	if s.Splice {
+		need += uint64(s.GlobalMaxconn/4) * 2
+	}
+	return need
 }
 
 // raiseFDLimit lifts this process's hard RLIMIT_NOFILE to need when it is

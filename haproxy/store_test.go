@@ -110,12 +110,14 @@ func TestUploadRefusesUnsafeIDs(t *testing.T) {
 
 func TestUploadExplainsDescriptorShortage(t *testing.T) {
 	s, r := newTestStore(t)
-	err := s.Upload(context.Background(), "AMP1", "lb1", []byte("global\n    maxconn 50000\n"))
+	cfg := "global\n    maxconn 50000\ndefaults\n    option splice-request\n"
+	err := s.Upload(context.Background(), "AMP1", "lb1", []byte(cfg))
 	fe, ok := fault.As(err)
 	if !ok || fe.Kind != fault.KindInvalid {
 		t.Fatalf("want 400, got %v", err)
 	}
-	for _, want := range []string{"100040", "50000", "20000", "connection_limit", "LimitNOFILE"} {
+	// 2 per connection + 2 per splice pipe (maxconn/4) + slack.
+	for _, want := range []string{"125040", "50000", "20000", "connection_limit", "LimitNOFILE"} {
 		if !strings.Contains(fe.Details, want) {
 			t.Errorf("details %q do not mention %s", fe.Details, want)
 		}

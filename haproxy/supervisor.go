@@ -475,7 +475,7 @@ func (in *instance) startLocked(ctx context.Context) error {
 	}
 	if sum, err := st.Layout.Summary(in.lb); err == nil {
 		// HAProxy raises its own soft limit; it inherits the hard one.
-		raiseFDLimit(fdsNeeded(sum.GlobalMaxconn))
+		raiseFDLimit(sum.FDsNeeded())
 	}
 	sock, pidPath := s.masterSocket(in.lb), st.Layout.PidPath(in.lb)
 	os.Remove(sock)
