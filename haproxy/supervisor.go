@@ -499,8 +499,7 @@ func (in *instance) startLocked(ctx context.Context) error {
 	}
 	proc := procwatch.WatchChild(cmd)
 	if err := in.waitReady(ctx, proc, pidPath); err != nil {
-		syscall.Kill(-proc.Pid, syscall.SIGKILL)
-		<-proc.Exited
+		procwatch.Kill(proc, 0)
 		return err
 	}
 	in.proc = proc
@@ -513,28 +512,15 @@ func (in *instance) waitReady(ctx context.Context, proc *procwatch.Process, pidP
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	sock := in.s.masterSocket(in.lb)
-	for {
-		select {
-		case <-proc.Exited:
-			return fmt.Errorf("HAProxy %s", proc.Status)
-		default:
+	return procwatch.WaitReady(ctx, proc, "HAProxy", pollEvery, settle, func() bool {
+		if t, err := showProc(ctx, sock); err != nil || len(t.Workers) == 0 {
+			return false
 		}
-		if t, err := showProc(ctx, sock); err == nil && len(t.Workers) > 0 {
-			if pid, err := pidfile.Read(pidPath); err == nil && pid == proc.Pid {
-				select {
-				case <-proc.Exited:
-					return fmt.Errorf("HAProxy %s right after start", proc.Status)
-				case <-time.After(settle):
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("HAProxy not ready within %v", startTimeout)
-		case <-time.After(pollEvery):
-		}
-	}
+		pid, err := pidfile.Read(pidPath)
+		return err == nil && pid == proc.Pid
+	}, func() error {
+		return fmt.Errorf("HAProxy not ready within %v", startTimeout)
+	})
 }
 
 // stopLocked stops the master (and so its workers) and waits for it.
@@ -551,16 +537,8 @@ func (in *instance) stopLocked() error {
 		proc = procwatch.WatchAdopted(pid, in.s.done)
 	}
 	in.proc = nil
-	syscall.Kill(proc.Pid, syscall.SIGTERM)
-	select {
-	case <-proc.Exited:
-	case <-time.After(stopTimeout):
-		syscall.Kill(-proc.Pid, syscall.SIGKILL)
-		select {
-		case <-proc.Exited:
-		case <-time.After(stopTimeout):
-			return fmt.Errorf("HAProxy master %d did not exit", proc.Pid)
-		}
+	if !procwatch.Stop(proc, stopTimeout) {
+		return fmt.Errorf("HAProxy master %d did not exit", proc.Pid)
 	}
 	os.Remove(st.Layout.PidPath(in.lb))
 	os.Remove(in.s.masterSocket(in.lb))
@@ -572,11 +550,7 @@ func (in *instance) killLocked() {
 	if in.proc == nil {
 		return
 	}
-	syscall.Kill(-in.proc.Pid, syscall.SIGKILL)
-	select {
-	case <-in.proc.Exited:
-	case <-time.After(killWait):
-	}
+	procwatch.Kill(in.proc, killWait)
 	in.proc = nil
 }
 
@@ -623,66 +597,47 @@ func (in *instance) isOurMaster(pid int) bool {
 // monitor waits for the master to end and, unless that was asked for,
 // starts it again with backoff.
 func (in *instance) monitor(proc *procwatch.Process) {
-	select {
-	case <-proc.Exited:
-	case <-in.s.done:
-		return
-	}
-	for attempt := 1; ; attempt++ {
-		in.op.Lock()
-		if in.proc != proc && in.proc != nil || !in.desired || in.deleted {
-			in.op.Unlock()
-			return
-		}
-		if in.proc == proc {
-			in.proc = nil
-		}
-		if in.unconfirmed {
-			// The config loaded last never proved itself: go back to the
-			// one that did before restarting.
-			in.unconfirmed = false
-			if err := in.restoreLastGoodFile(); err == nil {
-				in.log().Error("HAProxy died soon after loading a new configuration; restarting it on the last good configuration",
-					zap.String("status", proc.Status))
-			} else if !errors.Is(err, os.ErrNotExist) {
-				in.log().Error("putting the last good configuration back", zap.Error(err))
+	r := procwatch.Respawner{
+		Lock: &in.op, Done: in.s.done, Backoff: in.s.opts.Backoff, Respawns: &in.respawn,
+		StartTimeout: startTimeout + time.Second,
+		Dead: func(proc *procwatch.Process) bool {
+			if in.proc != proc && in.proc != nil || !in.desired || in.deleted {
+				return false
 			}
-		}
-		uptime := time.Since(proc.Started)
-		delay := in.respawn.Next(in.s.opts.Backoff, uptime)
-		streak := in.respawn.Streak()
-		in.op.Unlock()
-
-		if streak <= 5 || streak%10 == 0 {
+			if in.proc == proc {
+				in.proc = nil
+			}
+			if in.unconfirmed {
+				// The config loaded last never proved itself: go back to
+				// the one that did before restarting.
+				in.unconfirmed = false
+				if err := in.restoreLastGoodFile(); err == nil {
+					in.log().Error("HAProxy died soon after loading a new configuration; restarting it on the last good configuration",
+						zap.String("status", proc.Status))
+				} else if !errors.Is(err, os.ErrNotExist) {
+					in.log().Error("putting the last good configuration back", zap.Error(err))
+				}
+			}
+			return true
+		},
+		Wanted: func() bool { return in.proc == nil && in.desired && !in.deleted },
+		Start: func(ctx context.Context) (*procwatch.Process, error) {
+			err := in.startLocked(ctx)
+			return in.proc, err
+		},
+		Died: func(proc *procwatch.Process, uptime, delay time.Duration, streak int) {
 			in.log().Warn("HAProxy master died; restarting it",
 				zap.String("status", proc.Status), zap.Duration("uptime", uptime.Round(time.Millisecond)),
 				zap.Duration("after", delay), zap.Int("restarts_in_a_row", streak))
-		}
-		select {
-		case <-time.After(delay):
-		case <-in.s.done:
-			return
-		}
-		in.op.Lock()
-		if in.proc != nil || !in.desired || in.deleted {
-			in.op.Unlock()
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), startTimeout+time.Second)
-		err := in.startLocked(ctx)
-		cancel()
-		started := in.proc
-		in.op.Unlock()
-		if err == nil {
+		},
+		Restarted: func(started, _ *procwatch.Process, streak int) {
 			in.log().Info("HAProxy restarted", zap.Int("pid", started.Pid), zap.Int("restarts_in_a_row", streak))
-			return // the new process has its own monitor
-		}
-		if streak <= 5 || streak%10 == 0 {
+		},
+		Failed: func(err error) {
 			in.log().Error("restarting HAProxy failed", zap.Error(err), zap.String("output", in.logSince(0, err)))
-		}
-		// Treat the failed start like a crash at once.
-		proc = procwatch.Failed(err.Error())
+		},
 	}
+	r.Watch(proc)
 }
 
 func (in *instance) saveServersState(ctx context.Context) {

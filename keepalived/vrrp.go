@@ -300,37 +300,33 @@ func (v *VRRP) Pid() int {
 // Start starts keepalived; one that already runs is reloaded instead, as
 // upstream does (reloaded reports that).
 func (v *VRRP) Start(ctx context.Context) (reloaded bool, err error) {
-	v.op.Lock()
-	defer v.op.Unlock()
-	if !v.Configured() {
-		return false, errors.New("no keepalived configuration has been uploaded")
-	}
-	if err := v.setDesired(true); err != nil {
-		return false, err
-	}
-	v.adoptLocked()
-	if v.proc != nil && v.proc.Alive() {
-		return true, v.reloadLocked()
-	}
-	return false, v.startLocked(ctx)
+	reloaded, _, err = v.startOrReload(ctx)
+	return reloaded, err
 }
 
 // Reload makes keepalived re-read its config (SIGHUP). A keepalived that
 // does not run is started instead (started reports that).
 func (v *VRRP) Reload(ctx context.Context) (started bool, err error) {
+	_, started, err = v.startOrReload(ctx)
+	return started, err
+}
+
+// startOrReload reloads a running keepalived or starts one that does not
+// run, and reports which it did.
+func (v *VRRP) startOrReload(ctx context.Context) (reloaded, started bool, err error) {
 	v.op.Lock()
 	defer v.op.Unlock()
 	if !v.Configured() {
-		return false, errors.New("no keepalived configuration has been uploaded")
+		return false, false, errors.New("no keepalived configuration has been uploaded")
 	}
 	if err := v.setDesired(true); err != nil {
-		return false, err
+		return false, false, err
 	}
 	v.adoptLocked()
 	if v.proc != nil && v.proc.Alive() {
-		return false, v.reloadLocked()
+		return true, false, v.reloadLocked()
 	}
-	return true, v.startLocked(ctx)
+	return false, true, v.startLocked(ctx)
 }
 
 // Stop stops keepalived (it gives up the VIPs) and remembers that it must
@@ -347,16 +343,8 @@ func (v *VRRP) Stop(ctx context.Context) error {
 	if proc == nil || !proc.Alive() {
 		return nil
 	}
-	syscall.Kill(proc.Pid, syscall.SIGTERM)
-	select {
-	case <-proc.Exited:
-	case <-time.After(stopTimeout):
-		syscall.Kill(-proc.Pid, syscall.SIGKILL)
-		select {
-		case <-proc.Exited:
-		case <-time.After(stopTimeout):
-			return fmt.Errorf("keepalived %d did not exit", proc.Pid)
-		}
+	if !procwatch.Stop(proc, stopTimeout) {
+		return fmt.Errorf("keepalived %d did not exit", proc.Pid)
 	}
 	os.Remove(v.layout.PidPath())
 	v.log.Info("keepalived stopped", zap.Int("pid", proc.Pid))
@@ -445,8 +433,7 @@ func (v *VRRP) startLocked(ctx context.Context) error {
 	}
 	proc := procwatch.WatchChild(cmd)
 	if err := v.waitReady(ctx, proc); err != nil {
-		syscall.Kill(-proc.Pid, syscall.SIGKILL)
-		<-proc.Exited
+		procwatch.Kill(proc, 0)
 		return fmt.Errorf("%w%s", err, v.outputSince(offset))
 	}
 	v.proc = proc
@@ -460,26 +447,12 @@ func (v *VRRP) startLocked(ctx context.Context) error {
 func (v *VRRP) waitReady(ctx context.Context, proc *procwatch.Process) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	for {
-		select {
-		case <-proc.Exited:
-			return fmt.Errorf("keepalived %s", proc.Status)
-		default:
-		}
-		if pid, err := pidfile.Read(v.layout.PidPath()); err == nil && pid == proc.Pid {
-			select {
-			case <-proc.Exited:
-				return fmt.Errorf("keepalived %s right after start", proc.Status)
-			case <-time.After(settle):
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("keepalived did not write %s within %v", v.layout.PidPath(), startTimeout)
-		case <-time.After(pollEvery):
-		}
-	}
+	return procwatch.WaitReady(ctx, proc, "keepalived", pollEvery, settle, func() bool {
+		pid, err := pidfile.Read(v.layout.PidPath())
+		return err == nil && pid == proc.Pid
+	}, func() error {
+		return fmt.Errorf("keepalived did not write %s within %v", v.layout.PidPath(), startTimeout)
+	})
 }
 
 func (v *VRRP) reloadLocked() error {
@@ -499,53 +472,33 @@ func (v *VRRP) reloadLocked() error {
 // monitor waits for keepalived to end and, unless that was asked for,
 // starts it again with backoff.
 func (v *VRRP) monitor(proc *procwatch.Process) {
-	select {
-	case <-proc.Exited:
-	case <-v.done:
-		return
-	}
-	for {
-		v.op.Lock()
-		if v.proc != proc && v.proc != nil || !v.desired {
-			v.op.Unlock()
-			return
-		}
-		v.proc = nil
-		uptime := time.Since(proc.Started)
-		delay := v.respawn.Next(v.opts.Backoff, uptime)
-		streak, loud := v.respawn.Streak(), v.respawn.Loud()
-		v.op.Unlock()
-
-		if loud {
+	r := procwatch.Respawner{
+		Lock: &v.op, Done: v.done, Backoff: v.opts.Backoff, Respawns: &v.respawn,
+		StartTimeout: startTimeout + time.Second,
+		Dead: func(proc *procwatch.Process) bool {
+			if v.proc != proc && v.proc != nil || !v.desired {
+				return false
+			}
+			v.proc = nil
+			return true
+		},
+		Wanted: func() bool { return v.proc == nil && v.desired },
+		Start: func(ctx context.Context) (*procwatch.Process, error) {
+			err := v.startLocked(ctx)
+			return v.proc, err
+		},
+		Died: func(proc *procwatch.Process, uptime, delay time.Duration, streak int) {
 			v.log.Warn("keepalived died; restarting it", zap.Int("pid", proc.Pid),
 				zap.String("status", proc.Status), zap.Duration("uptime", uptime.Round(time.Millisecond)),
 				zap.Duration("after", delay), zap.Int("restarts_in_a_row", streak))
-		}
-		select {
-		case <-time.After(delay):
-		case <-v.done:
-			return
-		}
-		v.op.Lock()
-		if v.proc != nil || !v.desired {
-			v.op.Unlock()
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), startTimeout+time.Second)
-		err := v.startLocked(ctx)
-		cancel()
-		started := v.proc
-		v.op.Unlock()
-		if err == nil {
+		},
+		Restarted: func(started, proc *procwatch.Process, streak int) {
 			v.log.Info("keepalived restarted", zap.Int("pid", started.Pid), zap.Int("old_pid", proc.Pid),
 				zap.Int("restarts_in_a_row", streak))
-			return // the new process has its own monitor
-		}
-		if loud {
-			v.log.Error("restarting keepalived failed", zap.Error(err))
-		}
-		proc = procwatch.Failed(err.Error())
+		},
+		Failed: func(err error) { v.log.Error("restarting keepalived failed", zap.Error(err)) },
 	}
+	r.Watch(proc)
 }
 
 // outputSince returns what keepalived wrote to its log after offset, as a
