@@ -1,0 +1,115 @@
+package procwatch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func startChild(t *testing.T, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := WatchChild(cmd)
+	t.Cleanup(func() { Kill(p, time.Second) })
+	return p
+}
+
+func TestStopEscalatesToKill(t *testing.T) {
+	// A child that ignores SIGTERM (an ignored signal survives exec) is
+	// killed after the grace period. It says when the trap is in place.
+	cmd := exec.Command("sh", "-c", "trap '' TERM; echo ready; exec sleep 30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := WatchChild(cmd)
+	t.Cleanup(func() { Kill(p, time.Second) })
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("child not ready: %q %v", line, err)
+	}
+	start := time.Now()
+	if !Stop(p, 300*time.Millisecond) {
+		t.Fatal("Stop did not end a process that ignores SIGTERM")
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("SIGKILL came after %v, before the grace period", took)
+	}
+	// A well-behaved child ends on SIGTERM.
+	q := startChild(t, "sleep", "30")
+	if !Stop(q, 5*time.Second) || q.Status != "killed by signal terminated" {
+		t.Fatalf("status %q", q.Status)
+	}
+}
+
+func TestWaitReady(t *testing.T) {
+	p := startChild(t, "sleep", "30")
+	calls := 0
+	err := WaitReady(context.Background(), p, "daemon", 5*time.Millisecond, 10*time.Millisecond,
+		func() bool { calls++; return calls >= 3 }, func() error { return errors.New("timeout") })
+	if err != nil || calls != 3 {
+		t.Fatalf("ready after %d polls: %v", calls, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err = WaitReady(ctx, p, "daemon", 5*time.Millisecond, 0, func() bool { return false }, func() error { return errors.New("not ready") })
+	if err == nil || err.Error() != "not ready" {
+		t.Fatalf("never ready: %v", err)
+	}
+	dead := startChild(t, "true")
+	<-dead.Exited
+	err = WaitReady(context.Background(), dead, "daemon", 5*time.Millisecond, 0, func() bool { return false }, nil)
+	if err == nil || err.Error() != "daemon exit status 0" {
+		t.Fatalf("exited process: %v", err)
+	}
+}
+
+func TestRespawnerRestartsUntilAStartSucceeds(t *testing.T) {
+	var mu sync.Mutex
+	var starts atomic.Int32
+	done := make(chan struct{})
+	defer close(done)
+	restarted := make(chan *Process, 1)
+	r := &Respawner{
+		Lock: &mu, Done: done,
+		Backoff:      Backoff{Count: 5, Interval: time.Millisecond, Max: time.Millisecond, Stable: time.Hour},
+		Respawns:     &Respawns{},
+		StartTimeout: time.Second,
+		Dead:         func(*Process) bool { return true },
+		Wanted:       func() bool { return true },
+		Start: func(context.Context) (*Process, error) {
+			// The first two starts fail; the third works.
+			if starts.Add(1) < 3 {
+				return nil, errors.New("cannot start")
+			}
+			return startChild(t, "sleep", "30"), nil
+		},
+		Died:      func(*Process, time.Duration, time.Duration, int) {},
+		Restarted: func(started, _ *Process, _ int) { restarted <- started },
+		Failed:    func(error) {},
+	}
+	first := startChild(t, "true")
+	go r.Watch(first)
+	select {
+	case p := <-restarted:
+		if !p.Alive() || starts.Load() != 3 {
+			t.Fatalf("restarted after %d starts, alive %v", starts.Load(), p.Alive())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never restarted")
+	}
+}
