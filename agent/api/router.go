@@ -84,24 +84,27 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 		writeFramework(w, http.StatusMethodNotAllowed, descMethodNotAllowed)
 	})
 
+	// GET routes answer HEAD too, as upstream's framework does.
+	reads := []string{http.MethodGet, http.MethodHead}
+
 	// Registration order is match order: where two patterns overlap, the
 	// one upstream prefers is registered first (see the spec's precedence
 	// list).
-	r.Handle("/", s.read(s.versionDiscovery)).Methods(http.MethodGet)
-	r.Handle("/1.0/info", s.read(s.info)).Methods(http.MethodGet)
-	r.Handle("/1.0/details", s.read(s.details)).Methods(http.MethodGet)
-	r.Handle("/1.0/listeners", s.read(s.listeners)).Methods(http.MethodGet)
+	r.Handle("/", s.read(s.versionDiscovery)).Methods(reads...)
+	r.Handle("/1.0/info", s.read(s.info)).Methods(reads...)
+	r.Handle("/1.0/details", s.read(s.details)).Methods(reads...)
+	r.Handle("/1.0/listeners", s.read(s.listeners)).Methods(reads...)
 	r.Handle("/1.0/listeners/{object_id}", s.mutate(s.deleteListener)).Methods(http.MethodDelete)
 	// Certificates before the haproxy upload: upstream reads
 	// .../x/certificates/haproxy as a certificate named "haproxy".
 	certPath := "/1.0/loadbalancer/{lb_id}/certificates/{filename}"
 	r.Handle(certPath, s.mutate(s.putCertificate)).Methods(http.MethodPut)
-	r.Handle(certPath, s.read(s.getCertificate)).Methods(http.MethodGet)
+	r.Handle(certPath, s.read(s.getCertificate)).Methods(reads...)
 	r.Handle(certPath, s.mutate(s.deleteCertificate)).Methods(http.MethodDelete)
 	r.Handle("/1.0/loadbalancer/{amphora_id}/{lb_id}/haproxy", s.mutate(s.uploadHAProxy)).Methods(http.MethodPut)
 	// GET .../{lb}/haproxy downloads the config; PUT on the same path is an
 	// action named "haproxy" (400), as upstream.
-	r.Handle("/1.0/loadbalancer/{lb_id}/haproxy", s.read(s.getHAProxy)).Methods(http.MethodGet)
+	r.Handle("/1.0/loadbalancer/{lb_id}/haproxy", s.read(s.getHAProxy)).Methods(reads...)
 	// The agent takes the mutation lock for actions itself, so it can
 	// merge reloads queued behind it.
 	r.Handle("/1.0/loadbalancer/{object_id}/{action}", s.selfSerialized(s.loadBalancerAction)).Methods(http.MethodPut)
@@ -109,7 +112,7 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	r.Handle("/1.0/config", s.mutate(s.updateConfig)).Methods(http.MethodPut)
 	r.Handle("/1.0/plug/vip/{vip}", s.mutate(s.plugVIP)).Methods(http.MethodPost)
 	r.Handle("/1.0/plug/network", s.mutate(s.plugNetwork)).Methods(http.MethodPost)
-	r.Handle("/1.0/interface/{ip}", s.read(s.getInterface)).Methods(http.MethodGet)
+	r.Handle("/1.0/interface/{ip}", s.read(s.getInterface)).Methods(reads...)
 	r.Handle("/1.0/interface/{ip}/rules", s.mutate(s.setInterfaceRules)).Methods(http.MethodPut)
 	// The upload before the action route: PUT /1.0/vrrp/upload is the
 	// upload, not an action named "upload".

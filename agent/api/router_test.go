@@ -194,6 +194,7 @@ func TestRouting(t *testing.T) {
 		{"GET", "/2.0/info", 404, notFoundBody},
 		{"GET", "/1.0/plug/vip/2001:db8::2", 405, methodBody},
 		{"PUT", "/1.0/info", 405, methodBody},
+		{"HEAD", "/1.0/info", 200, `{"hostname":"amp","haproxy_version":"2.6.12","api_version":"1.0","keepalived_version":"","ipvsadm_version":""}`},
 		{"POST", "/", 405, methodBody},
 		{"DELETE", "/1.0/details", 405, methodBody},
 		{"GET", "/1.0/config", 405, methodBody},
