@@ -19,6 +19,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+	"github.com/amphora-agent/amphora-agent/agent/testenv"
 )
 
 // These tests run a real HAProxy in the test's own network namespace on
@@ -55,13 +56,7 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 		}
 		os.RemoveAll(dir)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return sup, st, port
+	return sup, st, testenv.FreePort(t)
 }
 
 func testConfig(st *Store, port int, body string) []byte {

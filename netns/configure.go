@@ -51,6 +51,21 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// openLink opens a handle in the namespace and finds the link name; the
+// caller closes the handle.
+func (c *configurator) openLink(name string) (Handle, Link, error) {
+	h, err := c.kernel.Open(c.ns)
+	if err != nil {
+		return nil, Link{}, err
+	}
+	link, err := linkByName(h, name)
+	if err != nil {
+		h.Close()
+		return nil, Link{}, err
+	}
+	return h, link, nil
+}
+
 func linkByName(h Handle, name string) (Link, error) {
 	links, err := h.Links()
 	if err != nil {
@@ -72,15 +87,11 @@ func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
 			return err
 		}
 	}
-	h, err := c.kernel.Open(c.ns)
+	h, link, err := c.openLink(f.Name)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	link, err := linkByName(h, f.Name)
-	if err != nil {
-		return err
-	}
 	if !link.Up {
 		if f.MTU > 0 && link.MTU != f.MTU {
 			if err := h.SetMTU(link.Index, f.MTU); err != nil {
@@ -453,15 +464,11 @@ func (c *configurator) down(ctx context.Context, f *InterfaceFile) error {
 			}
 		}
 	}
-	h, err := c.kernel.Open(c.ns)
+	h, link, err := c.openLink(f.Name)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	link, err := linkByName(h, f.Name)
-	if err != nil {
-		return err
-	}
 	if !link.Up {
 		return nil
 	}

@@ -167,13 +167,8 @@ func (n *Network) PlugVIP(ctx context.Context, vip string, body []byte) (string,
 	if err != nil {
 		return "", err
 	}
-	mac, err := normMAC(req.MACAddress)
+	mac, err := n.prepare(req.MACAddress)
 	if err != nil {
-		// Upstream finds no link for a malformed MAC: same answer.
-		n.pciRescan()
-		return "", ErrNoInterface
-	}
-	if err := n.ensureNamespace(); err != nil {
 		return "", err
 	}
 	if _, ok, err := n.inNamespace(mac); err != nil {
@@ -384,6 +379,18 @@ func (n *Network) addPlugged(mac net.HardwareAddr, name string) (func(), error) 
 	}, nil
 }
 
+// prepare parses the port's MAC and makes sure the namespace exists, the
+// first steps of both plugs. Upstream finds no link for a malformed MAC,
+// so that is answered like a NIC not there yet (rescan and the 404).
+func (n *Network) prepare(macAddress string) (net.HardwareAddr, error) {
+	mac, err := normMAC(macAddress)
+	if err != nil {
+		n.pciRescan()
+		return nil, ErrNoInterface
+	}
+	return mac, n.ensureNamespace()
+}
+
 func (n *Network) ensureNamespace() error {
 	if err := n.kernel.EnsureNamespace(n.cfg.Namespace); err != nil {
 		return fault.Internalf("network namespace %s: %w", n.cfg.Namespace, err)
@@ -419,12 +426,8 @@ func (n *Network) PlugNetwork(ctx context.Context, body []byte) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	mac, err := normMAC(req.MACAddress)
+	mac, err := n.prepare(req.MACAddress)
 	if err != nil {
-		n.pciRescan()
-		return "", ErrNoInterface
-	}
-	if err := n.ensureNamespace(); err != nil {
 		return "", err
 	}
 	var adv []netip.Addr

@@ -3,7 +3,6 @@ package health
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,19 +12,10 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // The reload race (issue requirement 5) against a real HAProxy in
 // master-worker mode, laid out under base_path as the controller's config
@@ -43,7 +33,7 @@ func TestReloadRaceRealHAProxy(t *testing.T) {
 	if err := os.MkdirAll(layout.Dir(lb), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	member := freeTCPPort(t)
+	member := testenv.FreePort(t)
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `global
     maxconn 200
@@ -63,7 +53,7 @@ frontend %[1]s
 
 backend pool-%[3]d:%[1]s
     server member-%[3]d 127.0.0.1:%[4]d
-`, l, freeTCPPort(t), i, member)
+`, l, testenv.FreePort(t), i, member)
 	}
 	hp := haproxytest.Start(t, haproxytest.Options{
 		Config: cfg.String(), Dir: base, ConfigPath: layout.ConfigPath(lb), PidFile: layout.PidPath(lb),

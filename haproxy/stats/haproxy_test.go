@@ -3,32 +3,22 @@ package stats_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // The client against a real HAProxy 2.x (no root needed): the stats socket
 // as the controller renders it (`level user`) and the master CLI.
 func TestRealHAProxy(t *testing.T) {
 	dir := haproxytest.ShortDir(t)
 	sock := filepath.Join(dir, "lb.sock")
-	fe, member := freePort(t), freePort(t)
+	fe, member := testenv.FreePort(t), testenv.FreePort(t)
 	cfg := fmt.Sprintf(`global
     maxconn 100
     stats socket %s mode 0666 level user
