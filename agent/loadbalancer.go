@@ -127,7 +127,7 @@ func (a *Agent) advertiseVIPs(ctx context.Context, lb string) {
 }
 
 func (a *Agent) checkScripts() keepalived.CheckScripts {
-	return keepalived.CheckScripts{Base: a.lbStore.Layout.Base}
+	return keepalived.CheckScripts{Layout: a.vrrpLayout()}
 }
 
 // updateVRRPCheck rewrites keepalived's HAProxy check for every stored

@@ -23,13 +23,19 @@ type vrrpRunner interface {
 
 func (a *Agent) newVRRP(cfg *config.Config) *keepalived.VRRP {
 	return keepalived.NewVRRP(keepalived.VRRPOptions{
-		Base:        cfg.BasePath,
-		Cmd:         cfg.KeepalivedCmd,
-		Namespace:   cfg.Namespace,
-		LogFacility: cfg.AdministrativeLogFacility,
-		ProcDir:     a.procDir,
-		Log:         a.log.Named("keepalived"),
+		Base: cfg.BasePath,
+		Options: keepalived.Options{
+			Cmd:         cfg.KeepalivedCmd,
+			Namespace:   cfg.Namespace,
+			LogFacility: cfg.AdministrativeLogFacility,
+			ProcDir:     a.procDir,
+			Log:         a.log.Named("keepalived"),
+		},
 	})
+}
+
+func (a *Agent) vrrpLayout() keepalived.VRRPLayout {
+	return keepalived.VRRPLayout{Base: a.lbStore.Layout.Base}
 }
 
 // UploadVRRP validates and stores the keepalived (VRRP) config, refreshes

@@ -21,6 +21,35 @@ func (l Layout) ConfigPath(lb string) string { return filepath.Join(l.Base, lb, 
 func (l Layout) PidPath(lb string) string    { return filepath.Join(l.Base, lb, lb+".pid") }
 func (l Layout) SocketPath(lb string) string { return filepath.Join(l.Base, lb+".sock") }
 
+// MasterSocketPath is the master CLI socket of the LB's HAProxy.
+func (l Layout) MasterSocketPath(lb string) string { return filepath.Join(l.Dir(lb), "master.sock") }
+
+// LogPath collects the master's stdout and stderr: its alerts are what a
+// failed start or reload answers with.
+func (l Layout) LogPath(lb string) string { return filepath.Join(l.Dir(lb), "haproxy.log") }
+
+// StatePath is the agent's record of the LB (peer name, desired state).
+func (l Layout) StatePath(lb string) string { return filepath.Join(l.Dir(lb), "agent-state.json") }
+
+// StagedPath is an upload being validated.
+func (l Layout) StagedPath(lb string) string { return l.ConfigPath(lb) + ".new" }
+
+// FailedPath keeps the last config that was refused or failed at run time.
+func (l Layout) FailedPath(lb string) string { return l.ConfigPath(lb) + ".new-failed" }
+
+// LastGoodPath holds the config that last kept HAProxy up: what the agent
+// puts back when a new config fails at run time.
+func (l Layout) LastGoodPath(lb string) string { return l.ConfigPath(lb) + ".last-good" }
+
+// RunningPath holds a copy of the config HAProxy loaded last: uploads
+// replace haproxy.cfg before the reload, so the running config must be
+// kept apart to become the last good one.
+func (l Layout) RunningPath(lb string) string { return l.ConfigPath(lb) + ".running" }
+
+// ServersStatePath is where server states are saved before a reload
+// (the controller's configs load it with server-state-file).
+func (l Layout) ServersStatePath(lb string) string { return filepath.Join(l.Dir(lb), "servers-state") }
+
 // LoadBalancers lists the ids that have a stored config, sorted.
 func (l Layout) LoadBalancers() ([]string, error) {
 	entries, err := os.ReadDir(l.Base)

@@ -67,22 +67,10 @@ type State struct {
 	Running bool `json:"running"`
 }
 
-func (s *Store) statePath(lb string) string {
-	return filepath.Join(s.Layout.Dir(lb), "agent-state.json")
-}
-func (s *Store) newPath(lb string) string { return s.Layout.ConfigPath(lb) + ".new" }
-func (s *Store) failedPath(lb string) string {
-	return s.Layout.ConfigPath(lb) + ".new-failed"
-}
-
-// lastGoodPath holds the config that last started or reloaded cleanly:
-// what the agent puts back when a new config fails at run time.
-func (s *Store) lastGoodPath(lb string) string { return s.Layout.ConfigPath(lb) + ".last-good" }
-
 // ReadState returns the recorded state; a missing record is the zero State.
 func (s *Store) ReadState(lb string) (State, error) {
 	var st State
-	data, err := os.ReadFile(s.statePath(lb))
+	data, err := os.ReadFile(s.Layout.StatePath(lb))
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	}
@@ -98,7 +86,7 @@ func (s *Store) WriteState(lb string, st State) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFile(s.statePath(lb), data, 0o600)
+	return fsutil.WriteFile(s.Layout.StatePath(lb), data, 0o600)
 }
 
 // Exists reports whether lb has a stored config.
@@ -139,13 +127,13 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err := s.EnsureUserGroupFile(); err != nil {
 		return fault.Internalf("%w", err)
 	}
-	staged := s.newPath(lb)
+	staged := s.Layout.StagedPath(lb)
 	if err := fsutil.WriteFile(staged, cfg, 0o600); err != nil {
 		return fault.Internalf("staging config: %w", err)
 	}
 	peer := PeerName(amphoraID)
 	if out, err := s.check(ctx, staged, peer); err != nil {
-		if rerr := os.Rename(staged, s.failedPath(lb)); rerr != nil {
+		if rerr := os.Rename(staged, s.Layout.FailedPath(lb)); rerr != nil {
 			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
 		}
 		return fault.Invalid("Invalid request", out)

@@ -57,11 +57,11 @@ func TestUploadStripsGroupValidatesAndPromotes(t *testing.T) {
 	if st, _ := os.Stat(s.Layout.ConfigPath("lb1")); st.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v", st.Mode().Perm())
 	}
-	want := []string{"/usr/sbin/haproxy", "-c", "-L", "quxbkjFfO2U3PaVHnExCdJYeHkA", "-f", s.newPath("lb1"), "-f", s.UserGroupFile}
+	want := []string{"/usr/sbin/haproxy", "-c", "-L", "quxbkjFfO2U3PaVHnExCdJYeHkA", "-f", s.Layout.StagedPath("lb1"), "-f", s.UserGroupFile}
 	if len(r.calls) != 1 || strings.Join(r.calls[0], " ") != strings.Join(want, " ") {
 		t.Fatalf("validation ran %q, want %q", r.calls, want)
 	}
-	if _, err := os.Stat(s.newPath("lb1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(s.Layout.StagedPath("lb1")); !os.IsNotExist(err) {
 		t.Fatal("staged file left behind")
 	}
 	if ug, err := os.ReadFile(s.UserGroupFile); err != nil || !strings.Contains(string(ug), "group ") {
@@ -87,7 +87,7 @@ func TestInvalidUploadKeepsLiveConfig(t *testing.T) {
 	if live, _ := os.ReadFile(s.Layout.ConfigPath("lb1")); string(live) != "global\n" {
 		t.Fatalf("live config changed: %q", live)
 	}
-	if failed, _ := os.ReadFile(s.failedPath("lb1")); string(failed) != "global\n    invalid\n" {
+	if failed, _ := os.ReadFile(s.Layout.FailedPath("lb1")); string(failed) != "global\n    invalid\n" {
 		t.Fatalf("rejected config not kept: %q", failed)
 	}
 }

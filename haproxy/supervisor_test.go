@@ -173,7 +173,7 @@ func TestSupervisorRollsBackAFailedStart(t *testing.T) {
 	if regexp.MustCompile(`gen2`).Match(cfg) {
 		t.Fatal("stored config is still the failed one")
 	}
-	if failed, _ := os.ReadFile(st.failedPath("lb1")); !regexp.MustCompile(`gen2`).Match(failed) {
+	if failed, _ := os.ReadFile(st.Layout.FailedPath("lb1")); !regexp.MustCompile(`gen2`).Match(failed) {
 		t.Fatal("failed config not kept as haproxy.cfg.new-failed")
 	}
 }
@@ -181,7 +181,7 @@ func TestSupervisorRollsBackAFailedStart(t *testing.T) {
 // currentWorker returns the pid of the master's current worker.
 func currentWorker(t *testing.T, sup *Supervisor) int {
 	t.Helper()
-	tbl, err := showProc(context.Background(), sup.masterSocket("lb1"))
+	tbl, err := showProc(context.Background(), sup.store().Layout.MasterSocketPath("lb1"))
 	if err != nil || len(tbl.Workers) == 0 {
 		t.Fatalf("show proc: %+v %v", tbl, err)
 	}
@@ -214,7 +214,7 @@ func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 	if cfg, _ := st.Config("lb1"); !strings.Contains(string(cfg), "gen1") {
 		t.Fatalf("stored config after the rollback: %s", cfg)
 	}
-	if failed, _ := os.ReadFile(st.failedPath("lb1")); !strings.Contains(string(failed), "gen2") {
+	if failed, _ := os.ReadFile(st.Layout.FailedPath("lb1")); !strings.Contains(string(failed), "gen2") {
 		t.Fatal("the config that failed is not kept as haproxy.cfg.new-failed")
 	}
 
@@ -228,7 +228,7 @@ func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 	waitAnswer(t, port, "gen3")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		good, _ := os.ReadFile(st.lastGoodPath("lb1"))
+		good, _ := os.ReadFile(st.Layout.LastGoodPath("lb1"))
 		if strings.Contains(string(good), "gen3") {
 			break
 		}

@@ -10,14 +10,14 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 )
 
-// CheckScripts manages <base_path>/vrrp/check_scripts: keepalived's
+// CheckScripts manages the VRRP check_scripts folder: keepalived's
 // vrrp_script runs every file there and sums their exit codes, so an
 // amphora whose HAProxy stopped answering gives up MASTER.
 type CheckScripts struct {
-	Base string
+	Layout VRRPLayout
 }
 
-func (c CheckScripts) Dir() string { return filepath.Join(c.Base, "vrrp", "check_scripts") }
+func (c CheckScripts) Dir() string { return c.Layout.CheckScriptsDir() }
 
 // HAProxyScriptPath is the script that checks every load balancer's stats
 // socket.
@@ -28,7 +28,7 @@ func (c CheckScripts) HAProxyScriptPath() string {
 // VRRPInUse reports whether a VRRP config was ever uploaded (upstream
 // looks for the top-level check script).
 func (c CheckScripts) VRRPInUse() bool {
-	_, err := os.Stat(filepath.Join(c.Base, "vrrp", "check_script.sh"))
+	_, err := os.Stat(c.Layout.CheckScriptPath())
 	return err == nil
 }
 

@@ -8,7 +8,7 @@ import (
 
 func TestUpdateHAProxyCheck(t *testing.T) {
 	base := t.TempDir()
-	c := CheckScripts{Base: base}
+	c := CheckScripts{Layout: VRRPLayout{Base: base}}
 	sock := func(lb string) string { return filepath.Join("/var/lib/octavia", lb+".sock") }
 	read := func() string {
 		data, err := os.ReadFile(c.HAProxyScriptPath())

@@ -19,7 +19,7 @@ func TestCheckScriptSumsExitCodes(t *testing.T) {
 		t.Skip("bash is not installed")
 	}
 	base := t.TempDir()
-	v := NewVRRP(VRRPOptions{Base: base, Log: zaptest.NewLogger(t),
+	v := NewVRRP(VRRPOptions{Base: base, Options: Options{Log: zaptest.NewLogger(t)},
 		Validate: func(context.Context, string) (string, error) { return "", nil }})
 	if err := v.Upload(context.Background(), []byte("vrrp_instance x {}\n")); err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestCheckScriptSumsExitCodes(t *testing.T) {
 func TestUploadWritesFilesAndRecordsEnabled(t *testing.T) {
 	base := t.TempDir()
 	var validated string
-	v := NewVRRP(VRRPOptions{Base: base, Log: zaptest.NewLogger(t),
+	v := NewVRRP(VRRPOptions{Base: base, Options: Options{Log: zaptest.NewLogger(t)},
 		Validate: func(_ context.Context, path string) (string, error) {
 			data, _ := os.ReadFile(path)
 			validated = string(data)
@@ -83,21 +83,21 @@ func TestUploadWritesFilesAndRecordsEnabled(t *testing.T) {
 	if got, _ := os.ReadFile(l.ConfigPath()); string(got) != string(body) || validated != string(body) {
 		t.Fatalf("stored %q, validated %q", got, validated)
 	}
-	if fi, err := os.Stat(CheckScripts{Base: base}.Dir()); err != nil || !fi.IsDir() {
+	if fi, err := os.Stat(CheckScripts{Layout: VRRPLayout{Base: base}}.Dir()); err != nil || !fi.IsDir() {
 		t.Fatalf("check_scripts folder: %v", err)
 	}
 	if _, err := os.Stat(l.stagedPath()); !os.IsNotExist(err) {
 		t.Fatalf("staged file left behind: %v", err)
 	}
-	s, err := v.readState()
-	if err != nil || !s.Enabled || s.Stopped {
-		t.Fatalf("state %+v %v", s, err)
+	running, recorded, err := v.k.d.ReadDesired()
+	if err != nil || !running || !recorded {
+		t.Fatalf("desired state after the first upload: running %v, recorded %v, %v", running, recorded, err)
 	}
 }
 
 func TestInvalidUploadKeepsTheOldConfig(t *testing.T) {
 	base := t.TempDir()
-	v := NewVRRP(VRRPOptions{Base: base, Log: zaptest.NewLogger(t),
+	v := NewVRRP(VRRPOptions{Base: base, Options: Options{Log: zaptest.NewLogger(t)},
 		Validate: func(_ context.Context, path string) (string, error) {
 			data, _ := os.ReadFile(path)
 			if strings.Contains(string(data), "bogus") {
@@ -129,7 +129,7 @@ func TestKeepalivedTest(t *testing.T) {
 	if err != nil {
 		t.Skip("keepalived is not installed (make test installs it)")
 	}
-	v := NewVRRP(VRRPOptions{Base: t.TempDir(), Cmd: bin, Log: zaptest.NewLogger(t)})
+	v := NewVRRP(VRRPOptions{Base: t.TempDir(), Options: Options{Cmd: bin, Log: zaptest.NewLogger(t)}})
 	ctx := context.Background()
 	err = v.Upload(ctx, []byte("vrrp_instance x {\n    bogus_keyword 1\n    interface\n}\n"))
 	fe, ok := fault.As(err)
@@ -145,8 +145,8 @@ func TestKeepalivedTest(t *testing.T) {
 }
 
 func TestArgs(t *testing.T) {
-	v := NewVRRP(VRRPOptions{Base: "/var/lib/octavia", LogFacility: 1})
-	got := strings.Join(v.args(), " ")
+	v := NewVRRP(VRRPOptions{Base: "/var/lib/octavia", Options: Options{LogFacility: 1}})
+	got := strings.Join(v.k.argv, " ")
 	want := "--dont-fork --log-facility=1 -f /var/lib/octavia/vrrp/octavia-keepalived.conf -p /var/lib/octavia/vrrp/octavia-keepalived.pid" +
 		" -r /var/lib/octavia/vrrp/octavia-keepalived.vrrp.pid -c /var/lib/octavia/vrrp/octavia-keepalived.check.pid"
 	if got != want {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -107,24 +106,17 @@ func (p PendingLVS) LVS(context.Context) (Reading, error) {
 	return Reading{}, fmt.Errorf("%w; left out: %s", ErrLVSUnsupported, strings.Join(running, ", "))
 }
 
-// VRRP files of an ACTIVE_STANDBY amphora, under base_path.
-func keepalivedConfPath(base string) string {
-	return filepath.Join(base, "vrrp", "octavia-keepalived.conf")
-}
-func keepalivedPidPath(base string) string {
-	return filepath.Join(base, "vrrp", "octavia-keepalived.pid")
-}
-
 // keepalivedGate returns why no heartbeat may be sent, or "": when the
 // controller has uploaded a VRRP configuration, keepalived must run. An
 // amphora whose keepalived died stops heartbeating so that the controller
 // fails it over (upstream behaviour).
 func keepalivedGate(base string) string {
-	conf := keepalivedConfPath(base)
+	l := keepalived.VRRPLayout{Base: base}
+	conf := l.ConfigPath()
 	if st, err := os.Stat(conf); err != nil || !st.Mode().IsRegular() {
 		return ""
 	}
-	pidPath := keepalivedPidPath(base)
+	pidPath := l.PidPath()
 	pid, err := pidfile.Read(pidPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -31,7 +31,7 @@ type Process struct {
 
 // Alive reports whether the process still runs.
 func (p *Process) Alive() bool {
-	if p.Exited == nil {
+	if p == nil || p.Exited == nil {
 		return false
 	}
 	select {

@@ -1,0 +1,538 @@
+package procwatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+)
+
+// Defaults of a Spec's tunables.
+const (
+	DefaultStartTimeout = 12 * time.Second
+	DefaultStopTimeout  = 10 * time.Second
+	DefaultPoll         = 25 * time.Millisecond
+	// DefaultSettle is how long a new process must stay up after it is
+	// ready before a start counts as done, so a daemon that fails at once
+	// is caught before the controller hears "OK".
+	DefaultSettle = 300 * time.Millisecond
+	// DefaultMaxLog caps a daemon's output file; beyond it the file's
+	// content moves to <log>.1 and the file starts empty.
+	DefaultMaxLog = 4 << 20
+	// MaxOutput bounds the output a failure reports.
+	MaxOutput = 16 << 10
+	// logCheckEvery is how often a running daemon's output file is held
+	// to MaxLog.
+	logCheckEvery = 10 * time.Second
+	killWait      = 3 * time.Second
+)
+
+// Spec is what one daemon kind contributes: how to build and launch its
+// command, where its files are, and what "ready" and "ours" mean.
+// Everything else about supervising it is Daemon's.
+type Spec struct {
+	// Name is the daemon as logs and errors name it ("HAProxy").
+	Name string
+	Log  *zap.Logger
+
+	// Command builds the command of a new process; Daemon adds the output
+	// file, the process group and the start.
+	Command func() (*exec.Cmd, error)
+	// Launch starts cmd where the daemon lives (inside the data-plane
+	// namespace); nil is cmd.Start.
+	Launch func(cmd *exec.Cmd) error
+
+	// PidPath is the pid file the daemon writes; adoption reads it.
+	PidPath string
+	// LogPath receives the daemon's stdout and stderr. A file, not a pipe,
+	// so the daemon outlives the agent without dying of SIGPIPE.
+	LogPath string
+	// StatePath keeps the desired state ({"running": bool}, other keys
+	// preserved) across agent restarts and reboots.
+	StatePath string
+	// Clean lists files removed before a start and after a stop (stale
+	// sockets and pid files that would confuse readiness or adoption).
+	Clean []string
+	// ProcDir is /proc; tests point it elsewhere.
+	ProcDir string
+
+	// Ours reports whether a command line is this daemon's own, so that a
+	// recycled pid is never adopted or killed.
+	Ours func(args []string) bool
+	// Adoptable, when set, is a further check that a process left by an
+	// earlier agent is in working order (HAProxy's master socket answers).
+	Adoptable func(ctx context.Context, pid int) bool
+	// Ready reports whether a just started process is ready; it is polled.
+	Ready func(ctx context.Context, p *Process) bool
+
+	// OnDeath runs under the lock when the process ended unexpectedly and
+	// is about to be started again.
+	OnDeath func(p *Process)
+
+	Backoff      Backoff
+	StartTimeout time.Duration
+	StopTimeout  time.Duration
+	Poll         time.Duration
+	Settle       time.Duration
+	MaxLog       int64
+}
+
+func (s *Spec) defaults() {
+	if s.Log == nil {
+		s.Log = zap.NewNop()
+	}
+	if s.Launch == nil {
+		s.Launch = func(cmd *exec.Cmd) error { return cmd.Start() }
+	}
+	if s.ProcDir == "" {
+		s.ProcDir = "/proc"
+	}
+	if s.Backoff == (Backoff{}) {
+		s.Backoff = DefaultBackoff
+	}
+	if s.StartTimeout <= 0 {
+		s.StartTimeout = DefaultStartTimeout
+	}
+	if s.StopTimeout <= 0 {
+		s.StopTimeout = DefaultStopTimeout
+	}
+	if s.Poll <= 0 {
+		s.Poll = DefaultPoll
+	}
+	if s.Settle <= 0 {
+		s.Settle = DefaultSettle
+	}
+	if s.MaxLog <= 0 {
+		s.MaxLog = DefaultMaxLog
+	}
+}
+
+// Daemon supervises one long-running process: it starts it in its own
+// process group with a bounded output file, waits until it is ready,
+// follows it, restarts it with backoff when it dies while wanted, keeps the
+// desired state on disk, adopts the process an earlier agent left running,
+// and stops it.
+//
+// Daemon is also the lock of everything done to the process: methods whose
+// names end in Locked must be called with it held, so that a kind can run
+// its own steps (a reload) between them without a respawn interfering.
+type Daemon struct {
+	spec Spec
+	done <-chan struct{}
+
+	mu       sync.Mutex
+	proc     *Process
+	desired  bool
+	removed  bool
+	retrying bool
+	respawns Respawns
+	history  History
+}
+
+// History is what an operator wants to know about a daemon's past.
+type History struct {
+	Restarts   int       // unexpected deaths followed by a restart
+	LastExit   string    // how the last process ended
+	LastExitAt time.Time // when
+}
+
+// NewDaemon supervises spec's daemon until done is closed. It starts
+// nothing: call StartLocked or RestoreLocked.
+func NewDaemon(spec Spec, done <-chan struct{}) *Daemon {
+	spec.defaults()
+	return &Daemon{spec: spec, done: done}
+}
+
+func (d *Daemon) Lock()   { d.mu.Lock() }
+func (d *Daemon) Unlock() { d.mu.Unlock() }
+
+// Running reports whether the supervised process is alive.
+func (d *Daemon) Running() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.proc.Alive()
+}
+
+// Pid is the supervised process's pid, 0 when none runs.
+func (d *Daemon) Pid() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.proc.Alive() {
+		return 0
+	}
+	return d.proc.Pid
+}
+
+// History returns the daemon's restart record.
+func (d *Daemon) History() History {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.history
+}
+
+// ProcLocked is the running process, nil when none runs.
+func (d *Daemon) ProcLocked() *Process {
+	if !d.proc.Alive() {
+		return nil
+	}
+	return d.proc
+}
+
+// DesiredLocked reports whether the daemon is meant to run.
+func (d *Daemon) DesiredLocked() bool { return d.desired }
+
+// ReadDesired returns the recorded desired state; recorded is false when
+// nothing was recorded yet.
+func (d *Daemon) ReadDesired() (running, recorded bool, err error) {
+	rec, err := readRecord(d.spec.StatePath)
+	if err != nil {
+		return false, false, err
+	}
+	raw, ok := rec["running"]
+	if !ok {
+		return false, false, nil
+	}
+	return running, true, json.Unmarshal(raw, &running)
+}
+
+// SetDesiredLocked records whether the daemon must run, in memory and on
+// disk.
+func (d *Daemon) SetDesiredLocked(running bool) error {
+	d.desired = running
+	cur, recorded, err := d.ReadDesired()
+	if err == nil && recorded && cur == running {
+		return nil
+	}
+	rec, rerr := readRecord(d.spec.StatePath)
+	if rerr != nil {
+		d.spec.Log.Warn("unreadable state record; rewriting it", zap.String("file", d.spec.StatePath), zap.Error(rerr))
+		rec = map[string]json.RawMessage{}
+	}
+	rec["running"] = json.RawMessage(fmt.Sprint(running))
+	data, _ := json.Marshal(rec)
+	if err := fsutil.WriteFile(d.spec.StatePath, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("recording the desired state of %s: %w", d.spec.Name, err)
+	}
+	return nil
+}
+
+func readRecord(path string) (map[string]json.RawMessage, error) {
+	rec := map[string]json.RawMessage{}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return rec, nil
+	}
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return map[string]json.RawMessage{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return rec, nil
+}
+
+// StartLocked starts a new process and waits until it is ready. On
+// failure the process is killed and the error carries its output. The
+// caller decides whether to retry (RetryLocked).
+func (d *Daemon) StartLocked(ctx context.Context) error {
+	s := &d.spec
+	for _, p := range append([]string{s.PidPath}, s.Clean...) {
+		os.Remove(p)
+	}
+	cmd, err := s.Command()
+	if err != nil {
+		return err
+	}
+	logFile, err := openLog(s.LogPath)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group: signals meant for the agent (a terminal's
+	// Ctrl-C, a service manager stopping the agent) do not reach it, and
+	// a kill reaches all of its children.
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	err = s.Launch(cmd)
+	logFile.Close()
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", s.Name, err)
+	}
+	proc := WatchChild(cmd)
+	ctx, cancel := context.WithTimeout(ctx, s.StartTimeout)
+	defer cancel()
+	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, func() bool { return s.Ready(ctx, proc) },
+		func() error { return fmt.Errorf("%s not ready within %v", s.Name, s.StartTimeout) })
+	if err != nil {
+		Kill(proc, 0)
+		return withOutput(err, d.Output(0))
+	}
+	d.proc = proc
+	s.Log.Info(s.Name+" started", zap.Int("pid", proc.Pid))
+	d.follow(proc)
+	return nil
+}
+
+func withOutput(err error, out string) error {
+	if out == "" {
+		return err
+	}
+	return &outputError{err: err, out: out}
+}
+
+// outputError is a failure with the daemon's output, which is what the
+// controller is answered with.
+type outputError struct {
+	err error
+	out string
+}
+
+func (e *outputError) Error() string { return e.err.Error() + "\n" + e.out }
+func (e *outputError) Unwrap() error { return e.err }
+
+// Output returns the daemon's output in err, or "" when it has none.
+func Output(err error) string {
+	var oe *outputError
+	if errors.As(err, &oe) {
+		return oe.out
+	}
+	return ""
+}
+
+// openLog opens the daemon's output file for a new process: the previous
+// run's output moves to <path>.1, so the file never holds more than one
+// run and a crash loop cannot grow it.
+func openLog(path string) (*os.File, error) {
+	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+		os.Rename(path, path+".1")
+	}
+	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+}
+
+// capLog holds a running daemon's output file to max bytes: the content
+// moves to <path>.1 and the file is emptied. The daemon writes with
+// O_APPEND, so its next line lands at the new end.
+func capLog(path string, max int64) {
+	st, err := os.Stat(path)
+	if err != nil || st.Size() <= max {
+		return
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	if int64(len(data)) > max {
+		data = data[int64(len(data))-max:]
+	}
+	if fsutil.WriteFile(path+".1", data, 0o600) == nil {
+		os.Truncate(path, 0)
+	}
+}
+
+// LogSize is the current size of the output file: pass it to Output to
+// get what the daemon writes from now on.
+func (d *Daemon) LogSize() int64 {
+	st, err := os.Stat(d.spec.LogPath)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// Output returns what the daemon wrote after offset (at most MaxOutput,
+// the latest), trimmed.
+func (d *Daemon) Output(offset int64) string {
+	f, err := os.Open(d.spec.LogPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil {
+		if st.Size() < offset {
+			offset = 0 // capped meanwhile
+		}
+		if st.Size()-offset > MaxOutput {
+			offset = st.Size() - MaxOutput
+		}
+	}
+	f.Seek(offset, io.SeekStart)
+	data, _ := io.ReadAll(io.LimitReader(f, MaxOutput))
+	return strings.TrimSpace(string(data))
+}
+
+// StopLocked ends the process (SIGTERM, then SIGKILL to its group) and
+// waits for it. A process of this daemon that nobody adopted (left from
+// before a failed restore) is found through the pid file and stopped too.
+func (d *Daemon) StopLocked() error {
+	s := &d.spec
+	proc := d.proc
+	d.proc = nil
+	if !proc.Alive() {
+		pid, err := pidfile.Read(s.PidPath)
+		if err != nil || !d.ours(pid) {
+			return nil
+		}
+		proc = WatchAdopted(pid, d.done)
+	}
+	if !Stop(proc, s.StopTimeout) {
+		return fmt.Errorf("%s %d did not exit", s.Name, proc.Pid)
+	}
+	for _, p := range append([]string{s.PidPath}, s.Clean...) {
+		os.Remove(p)
+	}
+	s.Log.Info(s.Name+" stopped", zap.Int("pid", proc.Pid))
+	return nil
+}
+
+// KillLocked kills the process group at once.
+func (d *Daemon) KillLocked() {
+	if d.proc.Alive() {
+		Kill(d.proc, killWait)
+	}
+	d.proc = nil
+}
+
+// RemoveLocked ends supervision for good (the daemon's files are about to
+// be deleted): nothing restarts it any more.
+func (d *Daemon) RemoveLocked() { d.removed = true; d.desired = false }
+
+// AdoptLocked takes over the process an earlier agent left running, if
+// the pid file names one of ours; it reports whether one runs now.
+func (d *Daemon) AdoptLocked(ctx context.Context) bool {
+	if d.proc.Alive() {
+		return true
+	}
+	pid, err := pidfile.Read(d.spec.PidPath)
+	if err != nil || !d.ours(pid) {
+		return false
+	}
+	if d.spec.Adoptable != nil && !d.spec.Adoptable(ctx, pid) {
+		return false
+	}
+	d.proc = WatchAdopted(pid, d.done)
+	d.spec.Log.Info("adopted running "+d.spec.Name, zap.Int("pid", pid))
+	d.follow(d.proc)
+	return true
+}
+
+func (d *Daemon) ours(pid int) bool {
+	args, err := Cmdline(d.spec.ProcDir, pid)
+	return err == nil && d.spec.Ours(args)
+}
+
+// RestoreLocked brings the daemon back to its recorded desired state
+// after an agent restart or a reboot: a process still running is adopted
+// (and recorded as wanted: one that runs is never cut off), one that
+// should run but does not is started with start. A failed start stays
+// under supervision and is retried.
+func (d *Daemon) RestoreLocked(ctx context.Context, start func(context.Context) error) error {
+	running, _, err := d.ReadDesired()
+	if err != nil {
+		d.spec.Log.Warn("unreadable state record", zap.Error(err))
+	}
+	d.desired = running
+	if d.AdoptLocked(ctx) {
+		if !running {
+			return d.SetDesiredLocked(true)
+		}
+		return nil
+	}
+	if !running {
+		return nil
+	}
+	if err := start(ctx); err != nil {
+		d.RetryLocked(err)
+		return err
+	}
+	return nil
+}
+
+// RetryLocked keeps a daemon whose start failed under supervision: while
+// it is wanted and none runs, it is started again with backoff.
+func (d *Daemon) RetryLocked(err error) {
+	if d.retrying || d.proc != nil || !d.desired || d.removed {
+		return
+	}
+	d.retrying = true
+	d.spec.Log.Error(d.spec.Name+" did not start; retrying with backoff", zap.Error(err))
+	failed := Failed(err.Error())
+	go func() {
+		d.respawner().Watch(failed)
+		d.mu.Lock()
+		d.retrying = false
+		d.mu.Unlock()
+	}()
+}
+
+// follow watches a started or adopted process: its output file is held
+// to MaxLog while it runs, and it is restarted when it dies unexpectedly.
+func (d *Daemon) follow(proc *Process) {
+	go func() {
+		t := time.NewTicker(logCheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				capLog(d.spec.LogPath, d.spec.MaxLog)
+			case <-proc.Exited:
+				return
+			case <-d.done:
+				return
+			}
+		}
+	}()
+	go d.respawner().Watch(proc)
+}
+
+func (d *Daemon) respawner() *Respawner {
+	s := &d.spec
+	return &Respawner{
+		Lock: &d.mu, Done: d.done, Backoff: s.Backoff, Respawns: &d.respawns,
+		StartTimeout: s.StartTimeout + time.Second,
+		Dead: func(proc *Process) bool {
+			if d.proc != proc && d.proc != nil || !d.desired || d.removed {
+				return false
+			}
+			if d.proc == proc {
+				d.history.LastExit, d.history.LastExitAt = proc.Status, time.Now()
+				d.proc = nil
+			}
+			if s.OnDeath != nil {
+				s.OnDeath(proc)
+			}
+			return true
+		},
+		Wanted: func() bool { return d.proc == nil && d.desired && !d.removed },
+		Start: func(ctx context.Context) (*Process, error) {
+			err := d.StartLocked(ctx)
+			if err == nil {
+				d.history.Restarts++
+			}
+			return d.proc, err
+		},
+		Died: func(proc *Process, uptime, delay time.Duration, streak int) {
+			s.Log.Warn(s.Name+" died; restarting it", zap.Int("pid", proc.Pid),
+				zap.String("status", proc.Status), zap.Duration("uptime", uptime.Round(time.Millisecond)),
+				zap.Duration("after", delay), zap.Int("restarts_in_a_row", streak))
+		},
+		Restarted: func(started, proc *Process, streak int) {
+			s.Log.Info(s.Name+" restarted", zap.Int("pid", started.Pid), zap.Int("old_pid", proc.Pid),
+				zap.Int("restarts_in_a_row", streak))
+		},
+		Failed: func(err error) { s.Log.Error("restarting "+s.Name+" failed", zap.Error(err)) },
+	}
+}

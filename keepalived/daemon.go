@@ -1,0 +1,163 @@
+package keepalived
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+	"github.com/amphora-agent/amphora-agent/netns"
+)
+
+// opTimeout bounds a whole start, reload or stop; starting and stopping
+// alone use procwatch's defaults.
+const opTimeout = 25 * time.Second
+
+// Files are the paths of one keepalived instance. Each instance has its
+// own main, VRRP and checker pid files: keepalived's defaults (/run/...)
+// would make a second keepalived on the host refuse to start.
+type Files struct {
+	Dir      string // working directory
+	Config   string
+	Pid      string // main process (-p)
+	VRRPPid  string // VRRP child (-r)
+	CheckPid string // checker child (-c)
+	Log      string // stdout and stderr; keepalived's own log goes to syslog
+	State    string // desired state
+}
+
+// Options are shared by every keepalived the agent runs.
+type Options struct {
+	Cmd         string // the keepalived binary
+	Namespace   string
+	LogFacility int // administrative_log_facility: LOG_LOCAL<n>
+	ProcDir     string
+	Backoff     procwatch.Backoff
+	Log         *zap.Logger
+}
+
+// daemon is one keepalived under supervision: in the foreground (so the
+// agent is its parent) inside the data-plane namespace. What is
+// keepalived's own: its command line, "ready" (the main pid file names the
+// new process) and reload (SIGHUP).
+type daemon struct {
+	files Files
+	argv  []string
+	d     *procwatch.Daemon
+	log   *zap.Logger
+}
+
+func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
+	k := &daemon{files: f, log: o.Log}
+	if k.log == nil {
+		k.log = zap.NewNop()
+	}
+	args := []string{"--dont-fork", "--log-facility=" + strconv.Itoa(o.LogFacility),
+		"-f", f.Config, "-p", f.Pid, "-r", f.VRRPPid, "-c", f.CheckPid}
+	k.argv = args
+	k.d = procwatch.NewDaemon(procwatch.Spec{
+		Name: "keepalived",
+		Log:  k.log,
+		Command: func() (*exec.Cmd, error) {
+			cmd := exec.Command(o.Cmd, args...)
+			cmd.Dir = f.Dir
+			return cmd, nil
+		},
+		Launch:    func(cmd *exec.Cmd) error { return netns.StartIn(o.Namespace, cmd) },
+		PidPath:   f.Pid,
+		LogPath:   f.Log,
+		StatePath: f.State,
+		Clean:     []string{f.VRRPPid, f.CheckPid},
+		ProcDir:   o.ProcDir,
+		Ours: func(a []string) bool {
+			return procwatch.ArgAfter(a, "-f", func(s string) bool { return s == f.Config }) &&
+				procwatch.ArgAfter(a, "-p", func(s string) bool { return s == f.Pid })
+		},
+		Ready: func(_ context.Context, p *procwatch.Process) bool {
+			pid, err := pidfile.Read(f.Pid)
+			return err == nil && pid == p.Pid
+		},
+		Backoff: o.Backoff,
+	}, done)
+	return k
+}
+
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+}
+
+// startOrReload records keepalived as wanted, then reloads it when it
+// runs (adopting one left by an earlier agent) or starts it, and reports
+// which it did. A start that fails is retried with backoff.
+func (k *daemon) startOrReload(ctx context.Context) (reloaded, started bool, err error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	k.d.Lock()
+	defer k.d.Unlock()
+	if err := k.d.SetDesiredLocked(true); err != nil {
+		return false, false, err
+	}
+	if k.d.AdoptLocked(ctx) {
+		return true, false, k.reloadLocked()
+	}
+	if err := k.d.StartLocked(ctx); err != nil {
+		k.d.RetryLocked(err)
+		return false, true, err
+	}
+	return false, true, nil
+}
+
+func (k *daemon) reloadLocked() error {
+	proc := k.d.ProcLocked()
+	if proc == nil {
+		return errors.New("keepalived is not running")
+	}
+	if err := syscall.Kill(proc.Pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("signalling keepalived %d: %w", proc.Pid, err)
+	}
+	select {
+	case <-proc.Exited:
+		return fmt.Errorf("keepalived %s on reload", proc.Status)
+	case <-time.After(procwatch.DefaultSettle):
+	}
+	k.log.Info("keepalived reloaded", zap.Int("pid", proc.Pid))
+	return nil
+}
+
+// stop stops keepalived (a VRRP instance gives up its VIPs) and remembers
+// that it must stay stopped.
+func (k *daemon) stop() error {
+	k.d.Lock()
+	defer k.d.Unlock()
+	if err := k.d.SetDesiredLocked(false); err != nil {
+		return err
+	}
+	k.d.AdoptLocked(context.Background())
+	return k.d.StopLocked()
+}
+
+// remove stops keepalived for good: its files are about to go.
+func (k *daemon) remove() error {
+	k.d.Lock()
+	defer k.d.Unlock()
+	k.d.AdoptLocked(context.Background())
+	err := k.d.StopLocked()
+	k.d.RemoveLocked()
+	return err
+}
+
+// restore adopts a keepalived left running or starts one that should run.
+func (k *daemon) restore(ctx context.Context) error {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	k.d.Lock()
+	defer k.d.Unlock()
+	return k.d.RestoreLocked(ctx, k.d.StartLocked)
+}

@@ -1,0 +1,170 @@
+package keepalived
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/netns"
+)
+
+// validateTimeout bounds one `keepalived -t`.
+const validateTimeout = 15 * time.Second
+
+// VRRPLayout names the files of the VRRP keepalived under base_path/vrrp.
+type VRRPLayout struct{ Base string }
+
+func (l VRRPLayout) Dir() string { return filepath.Join(l.Base, "vrrp") }
+
+// ConfigPath is the controller's keepalived config; its existence is what
+// makes the heartbeat sender require a running keepalived.
+func (l VRRPLayout) ConfigPath() string { return filepath.Join(l.Dir(), "octavia-keepalived.conf") }
+
+// PidPath holds keepalived's main pid (written by keepalived, -p).
+func (l VRRPLayout) PidPath() string { return filepath.Join(l.Dir(), "octavia-keepalived.pid") }
+
+// CheckScriptPath is the vrrp_script the controller's config tracks.
+func (l VRRPLayout) CheckScriptPath() string { return filepath.Join(l.Dir(), "check_script.sh") }
+
+// CheckScriptsDir holds the checks check_script.sh runs.
+func (l VRRPLayout) CheckScriptsDir() string { return filepath.Join(l.Dir(), "check_scripts") }
+
+// LogPath collects keepalived's stdout and stderr.
+func (l VRRPLayout) LogPath() string { return filepath.Join(l.Dir(), "octavia-keepalived.log") }
+
+// StatePath is the desired state.
+func (l VRRPLayout) StatePath() string { return filepath.Join(l.Dir(), "agent-state.json") }
+
+func (l VRRPLayout) stagedPath() string { return l.ConfigPath() + ".new" }
+func (l VRRPLayout) failedPath() string { return l.ConfigPath() + ".new-failed" }
+
+// Files are the VRRP keepalived's files as its supervision needs them.
+func (l VRRPLayout) Files() Files {
+	return Files{
+		Dir:      l.Dir(),
+		Config:   l.ConfigPath(),
+		Pid:      l.PidPath(),
+		VRRPPid:  filepath.Join(l.Dir(), "octavia-keepalived.vrrp.pid"),
+		CheckPid: filepath.Join(l.Dir(), "octavia-keepalived.check.pid"),
+		Log:      l.LogPath(),
+		State:    l.StatePath(),
+	}
+}
+
+// CheckScript is check_script.sh: it runs every file of the check_scripts
+// folder with bash and exits with the sum of their exit codes, so keepalived
+// sees a failure when any check fails.
+func CheckScript(checkScriptsDir string) string {
+	return `#!/bin/bash
+
+# Don't try to run the directory when it is empty
+shopt -s nullglob
+
+status=0
+for file in ` + checkScriptsDir + `/*
+do
+  echo "Running check script: " $file
+  bash $file
+  status=$(( $status + $? ))
+done
+exit $status
+`
+}
+
+// Validator checks a staged keepalived config and returns keepalived's
+// output; an error means the config must not be used.
+type Validator func(ctx context.Context, path string) (string, error)
+
+// VRRPStore keeps the controller's VRRP keepalived config: validated
+// before it replaces the stored one, with check_script.sh and the
+// check_scripts folder it tracks.
+type VRRPStore struct {
+	Layout   VRRPLayout
+	Validate Validator
+	Log      *zap.Logger
+}
+
+// Upload validates a keepalived config and stores it, with
+// check_script.sh and the check_scripts folder. An invalid config is
+// refused with keepalived's output and the stored one is kept.
+func (s *VRRPStore) Upload(ctx context.Context, body []byte) error {
+	l := s.Layout
+	if err := os.MkdirAll(l.CheckScriptsDir(), 0o755); err != nil {
+		return fault.Internalf("creating %s: %w", l.CheckScriptsDir(), err)
+	}
+	// The check script goes first: keepalived -t looks for it.
+	if err := fsutil.WriteFile(l.CheckScriptPath(), []byte(CheckScript(l.CheckScriptsDir())), 0o755); err != nil {
+		return fault.Internalf("writing the VRRP check script: %w", err)
+	}
+	staged := l.stagedPath()
+	if err := fsutil.WriteFile(staged, body, 0o644); err != nil {
+		return fault.Internalf("staging the keepalived config: %w", err)
+	}
+	if out, err := s.Validate(ctx, staged); err != nil {
+		if rerr := os.Rename(staged, l.failedPath()); rerr != nil {
+			os.Remove(staged)
+		}
+		s.Log.Warn("keepalived config rejected", zap.String("output", out), zap.Error(err))
+		return fault.Invalid("Invalid request", out)
+	}
+	if err := os.Rename(staged, l.ConfigPath()); err != nil {
+		os.Remove(staged)
+		return fault.Internalf("storing the keepalived config: %w", err)
+	}
+	if err := fsutil.SyncDir(l.Dir()); err != nil {
+		return fault.Internalf("storing the keepalived config: %w", err)
+	}
+	return nil
+}
+
+// Configured reports whether a VRRP config was uploaded.
+func (s *VRRPStore) Configured() bool {
+	_, err := os.Stat(s.Layout.ConfigPath())
+	return err == nil
+}
+
+// Test is a Validator running `keepalived -t` inside the namespace, where
+// the config's interfaces are. Exit status 6 only reports script security
+// warnings, which every controller-rendered config draws.
+func Test(cmdPath, namespace string) Validator {
+	return func(ctx context.Context, path string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, validateTimeout)
+		defer cancel()
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, cmdPath, "-t", "-f", path)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := netns.StartIn(namespace, cmd); err != nil {
+			return err.Error(), err
+		}
+		err := cmd.Wait()
+		text := strings.TrimSpace(out.String())
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return text, nil
+		case errors.As(err, &ee) && ee.ExitCode() == exitConfigTestSecurity:
+			return text, nil
+		case ctx.Err() != nil:
+			return text, fmt.Errorf("keepalived -t did not finish: %w", ctx.Err())
+		}
+		if text == "" {
+			text = err.Error()
+		}
+		return text, err
+	}
+}
+
+// exitConfigTestSecurity is keepalived's KEEPALIVED_EXIT_CONFIG_TEST_SECURITY.
+const exitConfigTestSecurity = 6
