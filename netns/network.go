@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 )
 
 // ErrNoInterface is the 404 for a MAC no NIC has yet. The API answers it
@@ -134,4 +135,13 @@ func (n *Network) pciRescan() {
 	if _, err := f.WriteString("1"); err != nil {
 		n.log.Warn("cannot trigger a PCI rescan", zap.Error(err))
 	}
+}
+
+// putBack undoes a rewrite of path: old goes back when the file was there
+// before (readErr is that first read's error), else the file goes.
+func putBack(path string, old []byte, readErr error) error {
+	if readErr == nil {
+		return fsutil.WriteFile(path, old, 0o644)
+	}
+	return os.Remove(path)
 }

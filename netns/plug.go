@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
-	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 )
 
 // undo is a stack of compensations run when a plug fails part-way.
@@ -166,13 +165,7 @@ func (n *Network) replaceInterfaceFile(file *InterfaceFile) (func(), error) {
 		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
 	return func() {
-		var err error
-		if readErr == nil {
-			err = fsutil.WriteFile(path, old, 0o644)
-		} else {
-			err = os.Remove(path)
-		}
-		if err != nil {
+		if err := putBack(path, old, readErr); err != nil {
 			n.log.Error("rollback: cannot restore the interface file", zap.String("file", path), zap.Error(err))
 		}
 	}, nil

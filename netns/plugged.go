@@ -76,13 +76,7 @@ func (n *Network) addPlugged(mac net.HardwareAddr, name string) (func(), error) 
 		return nil, err
 	}
 	return func() {
-		var err error
-		if readErr == nil {
-			err = fsutil.WriteFile(path, old, 0o644)
-		} else {
-			err = os.Remove(path)
-		}
-		if err != nil {
+		if err := putBack(path, old, readErr); err != nil {
 			n.log.Error("rollback: cannot restore the plugged interfaces file", zap.Error(err))
 		}
 	}, nil
