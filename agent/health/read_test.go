@@ -17,6 +17,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
 // statsServer answers every command on a UNIX socket like HAProxy's stats
@@ -48,16 +49,6 @@ func statsServer(t *testing.T, path string, answer func() string, hang bool) {
 			}()
 		}
 	}()
-}
-
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "hb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // makeLB lays out an LB as upstream does: <base>/<lb>/haproxy.cfg and,
@@ -93,7 +84,7 @@ func frontendCSV(ids ...string) string {
 // An LB whose socket fails still leaves a heartbeat with the others, and a
 // hung socket is bounded by the read timeout (§7.19).
 func TestSenderLoadBalancers(t *testing.T) {
-	base := shortDir(t)
+	base := haproxytest.ShortDir(t)
 	hm := listen(t, "udp4", "127.0.0.1:0")
 	self := os.Getpid()
 	dead := exec.Command("true")
