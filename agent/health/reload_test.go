@@ -28,7 +28,7 @@ func TestReloadRaceRealHAProxy(t *testing.T) {
 		"7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d",
 		"a0b1c2d3-e4f5-4a6b-8c7d-9e0f1a2b3c4d",
 	}
-	base := shortDir(t)
+	base := haproxytest.ShortDir(t)
 	layout := haproxy.Layout{Base: base}
 	if err := os.MkdirAll(layout.Dir(lb), 0o755); err != nil {
 		t.Fatal(err)

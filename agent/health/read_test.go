@@ -1,0 +1,256 @@
+package health
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
+)
+
+// statsServer answers every command on a UNIX socket like HAProxy's stats
+// socket, with what answer returns; hang keeps connections open unanswered.
+func statsServer(t *testing.T, path string, answer func() string, hang bool) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release); ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+					return
+				}
+				if hang {
+					<-release
+					return
+				}
+				conn.Write([]byte(answer()))
+			}()
+		}
+	}()
+}
+
+// makeLB lays out an LB as upstream does: <base>/<lb>/haproxy.cfg and,
+// when pid is not 0, <base>/<lb>/<lb>.pid.
+func makeLB(t *testing.T, base, lb string, pid int) {
+	t.Helper()
+	l := haproxy.Layout{Base: base}
+	if err := os.MkdirAll(l.Dir(lb), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.ConfigPath(lb), []byte("global\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pid != 0 {
+		if err := os.WriteFile(l.PidPath(lb), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// frontendCSV is a `show stat` answer with one listener per id.
+func frontendCSV(ids ...string) string {
+	var b strings.Builder
+	b.WriteString("# pxname,svname,status,weight,scur,stot,bin,bout,ereq,\n")
+	for _, id := range ids {
+		fmt.Fprintf(&b, "%s,FRONTEND,OPEN,,1,2,3,4,0,\n", id)
+	}
+	return b.String() + "\n"
+}
+
+// LBs are the folders of base_path with a haproxy.cfg; only those whose
+// pid file names a live process are queried, on <base>/<lb>.sock (§7.13).
+// An LB whose socket fails still leaves a heartbeat with the others, and a
+// hung socket is bounded by the read timeout (§7.19).
+func TestSenderLoadBalancers(t *testing.T) {
+	base := haproxytest.ShortDir(t)
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	self := os.Getpid()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	makeLB(t, base, "lb-sample", self) // running, answers the spec sample
+	statsServer(t, filepath.Join(base, "lb-sample.sock"), func() string { return string(readTestdata(t, "show-stat-all.csv")) }, false)
+	makeLB(t, base, "lb-other", self) // running, another listener
+	statsServer(t, filepath.Join(base, "lb-other.sock"), func() string { return frontendCSV("other-listener") }, false)
+	makeLB(t, base, "lb-nopid", 0) // configured, never started
+	statsServer(t, filepath.Join(base, "lb-nopid.sock"), func() string { return frontendCSV("nopid-listener") }, false)
+	makeLB(t, base, "lb-dead", dead.Process.Pid) // stale pid file
+	statsServer(t, filepath.Join(base, "lb-dead.sock"), func() string { return frontendCSV("dead-listener") }, false)
+	makeLB(t, base, "lb-refused", self) // running, socket missing
+	makeLB(t, base, "lb-hung", self)    // running, socket never answers
+	statsServer(t, filepath.Join(base, "lb-hung.sock"), nil, true)
+	if err := os.MkdirAll(filepath.Join(base, "not-an-lb"), 0o755); err != nil { // no haproxy.cfg
+		t.Fatal(err)
+	}
+	statsServer(t, filepath.Join(base, "not-an-lb.sock"), func() string { return frontendCSV("stray-listener") }, false)
+
+	log, logs := observed()
+	src := LayoutSource{Layout: haproxy.Layout{Base: base}, Timeout: 300 * time.Millisecond}
+	s := newSender(t, testConfig(base, hm.dest()), log, src)
+	start := time.Now()
+	s.Cycle(context.Background())
+	took := time.Since(start)
+	m := hm.next(time.Second, testKey)
+
+	var ids []string
+	for id := range m.Listeners {
+		ids = append(ids, id)
+	}
+	want := []string{"1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6", "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d", "other-listener"}
+	if len(ids) != 3 || m.Listeners[want[0]].Status != "OPEN" || m.Listeners[want[1]].Status != "OPEN" || m.Listeners["other-listener"].Status != "OPEN" {
+		t.Fatalf("listeners %v, want %v", ids, want)
+	}
+	if len(m.Pools) != 2 {
+		t.Errorf("pools %v", m.Pools)
+	}
+	for _, lb := range []string{"lb-refused", "lb-hung"} {
+		found := false
+		for _, e := range logs.FilterMessage("HAProxy stats unavailable; the load balancer is left out of this heartbeat").All() {
+			if e.ContextMap()["lb"] == lb {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no warning for %s", lb)
+		}
+	}
+	// The hung socket costs one read timeout, not a retry loop.
+	if took > 10*time.Second {
+		t.Errorf("the cycle took %v with a hung socket (read timeout 300ms)", took)
+	}
+	t.Logf("cycle with a refused and a hung socket took %v", took.Round(time.Millisecond))
+}
+
+// scriptedSource answers ShowStat from a script of outcomes per call.
+type scriptedSource struct {
+	mu      sync.Mutex
+	running bool
+	calls   int
+	fail    func(call int) bool
+	rows    []stats.Row
+}
+
+func (s *scriptedSource) LoadBalancers() ([]string, error) { return []string{"lb"}, nil }
+func (s *scriptedSource) Running(string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+func (s *scriptedSource) ShowStat(context.Context, string) ([]stats.Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.fail(s.calls) {
+		return nil, &stats.Error{Socket: "lb.sock", Command: "show stat -1 -1 -1", Err: errors.New("connection refused")}
+	}
+	return s.rows, nil
+}
+
+// The reload race rule (issue requirement 5): a failed read is retried
+// briefly; if it keeps failing, the last good reading stands in for that
+// one read only, never twice in a row, and never for an LB that stopped.
+func TestReadFallbackOnce(t *testing.T) {
+	rows := sampleRows(t, "")
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	ctx := context.Background()
+	listeners := func() int { return len(hm.next(time.Second, testKey).Listeners) }
+
+	// A read that fails twice, then works: the retry hides it.
+	src := &scriptedSource{running: true, rows: rows, fail: func(call int) bool { return call == 2 || call == 3 }}
+	s := New(Options{Config: testConfig(t.TempDir(), hm.dest()), HAProxy: src, LVS: NoLVS{}, ReadRetryBudget: time.Second})
+	s.Cycle(ctx)
+	s.Cycle(ctx)
+	if a, b := listeners(), listeners(); a != 2 || b != 2 || src.calls != 4 {
+		t.Fatalf("retry: listeners %d, %d, calls %d; want 2, 2, 4", a, b, src.calls)
+	}
+
+	// Reads that keep failing: cached once, then the LB is left out until
+	// a read works again; a cached reading adds no counter growth.
+	failing := map[int]bool{}
+	src = &scriptedSource{running: true, rows: rows, fail: func(call int) bool { return failing[call] }}
+	log, logs := observed()
+	s = New(Options{Config: testConfig(t.TempDir(), hm.dest()), Log: log, HAProxy: src, LVS: NoLVS{}, ReadRetryBudget: 50 * time.Millisecond})
+	s.Cycle(ctx) // good
+	if n := listeners(); n != 2 {
+		t.Fatalf("first: %d listeners", n)
+	}
+	for c := 2; c < 100; c++ {
+		failing[c] = true
+	}
+	s.Cycle(ctx) // fails → cached reading
+	m := hm.next(time.Second, testKey)
+	if len(m.Listeners) != 2 {
+		t.Fatalf("cached: %d listeners, want 2", len(m.Listeners))
+	}
+	for id, l := range m.Listeners {
+		if l.Stats.TX != 0 || l.Stats.RX != 0 || l.Stats.TotConns != 0 || l.Stats.Ereq != 0 {
+			t.Errorf("cached reading of %s adds counters: %+v", id, l.Stats)
+		}
+	}
+	if logs.FilterMessage("HAProxy stats unavailable; the previous reading stands in once").Len() != 1 {
+		t.Error("standing in was not logged")
+	}
+	s.Cycle(ctx) // fails again → left out
+	if n := listeners(); n != 0 {
+		t.Fatalf("second failure in a row: %d listeners, want 0", n)
+	}
+	s.Cycle(ctx) // and again
+	if n := listeners(); n != 0 {
+		t.Fatalf("third failure: %d listeners, want 0", n)
+	}
+	clear(failing)
+	s.Cycle(ctx) // works again
+	if n := listeners(); n != 2 {
+		t.Fatalf("recovered: %d listeners", n)
+	}
+
+	// The LB stopped (its process is gone) when the read failed: no cache.
+	for c := src.calls + 1; c < src.calls+100; c++ {
+		failing[c] = true
+	}
+	src.mu.Lock()
+	src.running = false
+	src.mu.Unlock()
+	s.Cycle(ctx)
+	if n := listeners(); n != 0 {
+		t.Fatalf("stopped LB reported with %d listeners", n)
+	}
+	// Forget (called by the supervisor on stop/delete) drops the cache too.
+	clear(failing)
+	src.mu.Lock()
+	src.running = true
+	src.mu.Unlock()
+	s.Cycle(ctx)
+	listeners()
+	s.Forget("lb")
+	for c := src.calls + 1; c < src.calls+100; c++ {
+		failing[c] = true
+	}
+	s.Cycle(ctx)
+	if n := listeners(); n != 0 {
+		t.Fatalf("forgotten LB reported with %d listeners", n)
+	}
+}
