@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -252,16 +253,31 @@ func (a *Agent) loadBalancerGone(lb string) {
 	}
 }
 
+// mutationTimeout bounds one mutation once it holds the lock; each
+// lifecycle step inside has a tighter deadline of its own.
+const mutationTimeout = 55 * time.Second
+
 // Exclusive runs fn while holding the mutation lock, so concurrent
 // controller flows never interleave changes. Waiting gives up when ctx ends
-// (the client went away or the handler budget ran out).
+// (the client went away or the handler budget ran out); once fn holds the
+// lock it runs to completion under its own deadline, whatever happens to
+// ctx, so a client that hangs up never leaves a change half done.
 func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) error {
 	select {
 	case a.mutate <- struct{}{}:
-	case <-ctx.Done():
-		return fault.Internal("Agent busy", "timed out waiting for another request to finish", ctx.Err())
+	default:
+		// Busy: wait, unless the caller gives up first. (A free lock is
+		// taken even by a caller already gone, so the outcome does not
+		// depend on select's coin toss.)
+		select {
+		case a.mutate <- struct{}{}:
+		case <-ctx.Done():
+			return fault.Internal("Agent busy", "timed out waiting for another request to finish", ctx.Err())
+		}
 	}
 	defer func() { <-a.mutate }()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mutationTimeout)
+	defer cancel()
 	return fn(ctx)
 }
 

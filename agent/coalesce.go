@@ -8,55 +8,74 @@ import (
 )
 
 // coalescer merges identical requests that wait for the mutation lock:
-// every request that arrived before the leader got the lock is answered
-// with the leader's result. A request arriving after that waits for a run
-// of its own, since the state it expects may be newer than what the
-// running one sees.
+// every request that arrived before the run got the lock is answered with
+// its result. A request arriving after that waits for a run of its own,
+// since the state it expects may be newer than what the running one sees.
+//
+// A run belongs to no single caller: it waits for the lock as long as any
+// caller still waits for it, and once it holds the lock it completes even
+// if every caller has gone.
 type coalescer struct {
 	mu      sync.Mutex
 	pending map[string]*coalesced
 }
 
 type coalesced struct {
-	done   chan struct{}
-	result string
-	err    error
+	done    chan struct{}
+	abandon context.CancelFunc
+	waiters int
+	locked  bool // the run holds the lock: it no longer takes joiners
+	result  string
+	err     error
 }
 
-// do runs fn for key, or joins a run that has not started yet. fn must
-// call detach as soon as it holds the lock.
-func (c *coalescer) do(ctx context.Context, key string, fn func(detach func()) (string, error)) (string, error) {
+// do runs fn for key, or joins a run that has not taken the lock yet. fn
+// waits for the lock with wait (which ends when every caller has given
+// up) and must call locked as soon as it holds the lock.
+func (c *coalescer) do(ctx context.Context, key string, fn func(wait context.Context, locked func()) (string, error)) (string, error) {
 	c.mu.Lock()
 	if c.pending == nil {
 		c.pending = map[string]*coalesced{}
 	}
 	call, joined := c.pending[key]
 	if !joined {
-		call = &coalesced{done: make(chan struct{})}
+		wait, abandon := context.WithCancel(context.WithoutCancel(ctx))
+		call = &coalesced{done: make(chan struct{}), abandon: abandon}
 		c.pending[key] = call
+		go c.run(key, call, wait, fn)
 	}
+	call.waiters++
 	c.mu.Unlock()
-	if joined {
-		select {
-		case <-call.done:
-			return call.result, call.err
-		case <-ctx.Done():
-			return "", fault.Internal("Agent busy", "timed out waiting for a request in progress", ctx.Err())
+
+	select {
+	case <-call.done:
+		return call.result, call.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		call.waiters--
+		if call.waiters == 0 && !call.locked {
+			// Nobody wants it any more and it changed nothing yet.
+			call.abandon()
+			if c.pending[key] == call {
+				delete(c.pending, key)
+			}
 		}
+		c.mu.Unlock()
+		return "", fault.Internal("Agent busy", "timed out waiting for a request in progress", ctx.Err())
 	}
-	detached := false
-	detach := func() {
+}
+
+func (c *coalescer) run(key string, call *coalesced, wait context.Context, fn func(context.Context, func()) (string, error)) {
+	defer call.abandon()
+	unlist := func() {
 		c.mu.Lock()
 		if c.pending[key] == call {
 			delete(c.pending, key)
 		}
-		detached = true
+		call.locked = true
 		c.mu.Unlock()
 	}
-	call.result, call.err = fn(detach)
-	if !detached {
-		detach()
-	}
+	call.result, call.err = fn(wait, unlist)
+	unlist()
 	close(call.done)
-	return call.result, call.err
 }

@@ -60,10 +60,10 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 		})
 		return details, err
 	}
-	return a.reloads.do(ctx, id, func(detach func()) (string, error) {
+	return a.reloads.do(ctx, id, func(wait context.Context, locked func()) (string, error) {
 		var details string
-		err := a.Exclusive(ctx, func(ctx context.Context) (err error) {
-			detach()
+		err := a.Exclusive(wait, func(ctx context.Context) (err error) {
+			locked()
 			details, err = a.loadBalancerAction(ctx, id, action)
 			return err
 		})

@@ -218,7 +218,7 @@ func TestHAProxyRespawnAfterKill(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "a new master", func() bool { p := f.hap.master(); return p != 0 && p != old })
 	f.waitServing("traffic after the respawn", "1")
 	t.Logf("kill -9 of the master: serving again after %v", time.Since(killed).Round(time.Millisecond))
-	if f.env.Count("HAProxy master died; restarting it", "killed by signal") < 1 {
+	if f.env.Count("HAProxy died; restarting it", "killed by signal") < 1 {
 		t.Fatalf("respawn not logged with the exit status:\n%s", f.env.Output())
 	}
 
