@@ -53,6 +53,9 @@ type Options struct {
 	// Advertise announces VIPs after a start or reload in SINGLE topology;
 	// nil sends real gratuitous ARP / unsolicited NA.
 	Advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
+	// Kernel plugs NICs and sets addresses, routes and rules; nil is the
+	// real kernel.
+	Kernel netns.Kernel
 }
 
 // Agent is one running amphora agent.
@@ -64,6 +67,7 @@ type Agent struct {
 	host    sysinfo.Reader
 	osRel   string
 	procDir string
+	kernel  netns.Kernel // nil: the real one
 
 	cfg    atomic.Pointer[config.Config]
 	mutate chan struct{} // capacity 1: held while a mutation runs
@@ -98,6 +102,7 @@ func New(o Options) *Agent {
 		host:         o.Host,
 		osRel:        o.OSRelease,
 		procDir:      o.ProcDir,
+		kernel:       o.Kernel,
 		mutate:       make(chan struct{}, 1),
 		versionsDone: make(chan struct{}),
 	}

@@ -15,7 +15,7 @@ import (
 // changed topology (PUT /1.0/config) applies to the next plug.
 func (a *Agent) network() *netns.Network {
 	return netns.NewNetwork(NetworkConfig(a.Config(), func() bool { return a.Config().ActiveStandby() }),
-		nil, a.log.Named("netns"))
+		a.kernel, a.log.Named("netns"))
 }
 
 // NetworkConfig is the data-plane network setup cfg describes; the

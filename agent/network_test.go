@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +16,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/netns"
+	"github.com/amphora-agent/amphora-agent/netns/netnstest"
 )
 
 func randHex(n int) string {
@@ -25,8 +26,8 @@ func randHex(n int) string {
 }
 
 // netAgent is an agent whose network state lives under a temporary
-// folder and in namespace ns.
-func netAgent(t *testing.T, ns, topology string) (*Agent, string) {
+// folder and in namespace ns of kernel k (nil: the real one).
+func netAgent(t *testing.T, k netns.Kernel, ns, topology string) (*Agent, string) {
 	t.Helper()
 	dir := t.TempDir()
 	conf := `
@@ -44,13 +45,13 @@ loadbalancer_topology = ` + topology + `
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Options{Config: cfg, Log: zaptest.NewLogger(t), Runner: fakeRunner{}}), dir
+	return New(Options{Config: cfg, Log: zaptest.NewLogger(t), Runner: fakeRunner{}, Kernel: k}), dir
 }
 
 // TestNetworkRefusals: requests refused before anything is touched, and
 // lookups in a namespace that does not exist.
 func TestNetworkRefusals(t *testing.T) {
-	a, _ := netAgent(t, "aa-absent-"+randHex(3), "SINGLE")
+	a, _ := netAgent(t, netnstest.NewKernel(), "aa-absent-"+randHex(3), "SINGLE")
 	ctx := context.Background()
 	check := func(what string, err error, kind fault.Kind, msg string) {
 		t.Helper()
@@ -73,36 +74,37 @@ func TestNetworkRefusals(t *testing.T) {
 	check("rules without namespace", err, fault.KindNotFound, "Error interface not found for IP address")
 }
 
-// TestPrepareNetworkAndPlugVIP runs the agent's operations on the real
-// kernel: start-up preparation creates the namespace and lo.json, a veth
-// end with the port's MAC is plugged as the VIP, and the lookup finds it.
+// TestPrepareNetworkAndPlugVIP runs the agent's network operations
+// against the in-memory kernel; network_system_test.go runs the same
+// checks on the real one.
 func TestPrepareNetworkAndPlugVIP(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace and a veth pair")
-	}
-	ns := "aa-agent-" + randHex(3)
-	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
-	a, dir := netAgent(t, ns, "SINGLE")
+	k := netnstest.NewKernel()
+	const mac = "fa:16:3e:a9:00:01"
+	k.AddLink("", "ens4", mac)
+	// A unique name all the same: were the kernel option ever ignored, the
+	// test must not touch a namespace of this host that others use.
+	checkPrepareAndPlugVIP(t, k, "aa-fake-"+randHex(3), mac)
+}
+
+// checkPrepareAndPlugVIP: start-up preparation creates the namespace and
+// lo.json, the host NIC with mac is plugged as the VIP, the lookup finds
+// it, a second plug conflicts and a plug of an absent MAC is refused.
+func checkPrepareAndPlugVIP(t *testing.T, k netns.Kernel, ns, mac string) {
+	t.Helper()
+	a, dir := netAgent(t, k, ns, "SINGLE")
 	ctx := context.Background()
 	if err := a.PrepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !netns.Exists(ns) {
-		t.Fatalf("namespace %s not created", ns)
+	if h, err := k.Open(ns); err != nil {
+		t.Fatalf("namespace %s not created: %v", ns, err)
+	} else {
+		h.Close()
 	}
 	if _, err := os.Stat(filepath.Join(dir, "interfaces", "lo.json")); err != nil {
 		t.Errorf("lo.json: %v", err)
 	}
 
-	host, peer := "aah"+randHex(3), "aap"+randHex(3)
-	const mac = "fa:16:3e:a9:00:01"
-	if out, err := exec.Command("ip", "link", "add", host, "address", mac, "type", "veth", "peer", "name", peer).CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		exec.Command("ip", "link", "delete", peer).Run()
-		exec.Command("ip", "link", "delete", host).Run()
-	})
 	body := `{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": "` + mac + `", "vrrp_ip": "203.0.113.4", "mtu": 1400}`
 	details, err := a.PlugVIP(ctx, "203.0.113.10", []byte(body))
 	if err != nil {
@@ -124,12 +126,30 @@ func TestPrepareNetworkAndPlugVIP(t *testing.T) {
 	if string(plugged) != mac+" eth1\n" {
 		t.Errorf("plugged_interfaces = %q", plugged)
 	}
-	out, _ := exec.Command("ip", "-n", ns, "-o", "link", "show", "eth1").CombinedOutput()
-	if !strings.Contains(string(out), "mtu 1400") || !strings.Contains(string(out), mac) {
-		t.Errorf("eth1 in %s: %s", ns, out)
+	if l, err := linkIn(k, ns, "eth1"); err != nil || l.MTU != 1400 || l.MAC.String() != mac || !l.Up {
+		t.Errorf("eth1 in %s: %+v, %v; want mtu 1400, %s, up", ns, l, err, mac)
 	}
 	_, err = a.PlugVIP(ctx, "203.0.113.10", []byte(strings.Replace(body, mac, "fa:16:3e:a9:00:99", 1)))
 	if !errors.Is(err, netns.ErrNoInterface) {
 		t.Errorf("plug of an absent MAC: %v", err)
 	}
+}
+
+// linkIn is the link called name inside namespace ns.
+func linkIn(k netns.Kernel, ns, name string) (netns.Link, error) {
+	h, err := k.Open(ns)
+	if err != nil {
+		return netns.Link{}, err
+	}
+	defer h.Close()
+	links, err := h.Links()
+	if err != nil {
+		return netns.Link{}, err
+	}
+	for _, l := range links {
+		if l.Name == name {
+			return l, nil
+		}
+	}
+	return netns.Link{}, fmt.Errorf("no link %s in %s", name, ns)
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
 // These tests run a real HAProxy in the test's own network namespace on
@@ -56,7 +56,7 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 		}
 		os.RemoveAll(dir)
 	})
-	return sup, st, testenv.FreePort(t)
+	return sup, st, haproxytest.FreePort(t)
 }
 
 func testConfig(st *Store, port int, body string) []byte {

@@ -1,7 +1,9 @@
-package netns
+package netns_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,11 +11,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/zap/zaptest"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	// The tests were written inside the package; the dot import keeps
+	// them reading the same from outside it, where they must be since
+	// netnstest imports netns.
+	. "github.com/amphora-agent/amphora-agent/netns"
+	"github.com/amphora-agent/amphora-agent/netns/netnstest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -28,8 +34,9 @@ const (
 )
 
 type rig struct {
-	k   *fakeKernel
+	k   *netnstest.Kernel
 	n   *Network
+	cfg Config
 	dir string
 	as  bool
 }
@@ -37,16 +44,16 @@ type rig struct {
 func newRig(t *testing.T, activeStandby bool) *rig {
 	t.Helper()
 	dir := t.TempDir()
-	r := &rig{k: newFakeKernel(), dir: dir, as: activeStandby}
+	r := &rig{k: netnstest.NewKernel(), dir: dir, as: activeStandby}
 	// The host's own NIC, and the ports Nova hot-plugged.
-	r.k.addLink("", "eth0", "fa:16:3e:00:00:99")
-	r.k.addLink("", "eth1", vipMAC)
-	r.k.addLink("", "eth2", memberMAC)
-	r.k.addLink("", "eth3", otherMAC)
+	r.k.AddLink("", "eth0", "fa:16:3e:00:00:99")
+	r.k.AddLink("", "eth1", vipMAC)
+	r.k.AddLink("", "eth2", memberMAC)
+	r.k.AddLink("", "eth3", otherMAC)
 	if err := os.WriteFile(filepath.Join(dir, "pci-rescan"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r.n = NewNetwork(Config{
+	r.cfg = Config{
 		Namespace:        testNS,
 		NetworkDir:       filepath.Join(dir, "interfaces"),
 		PluggedFile:      filepath.Join(dir, "plugged_interfaces"),
@@ -54,8 +61,9 @@ func newRig(t *testing.T, activeStandby bool) *rig {
 		PCIRescanFile:    filepath.Join(dir, "pci-rescan"),
 		MasqueradeScript: "/usr/local/bin/lvs-masquerade.sh",
 		ActiveStandby:    func() bool { return r.as },
-	}, r.k, zaptest.NewLogger(t))
-	r.n.conf.wait = func(ctx context.Context, d time.Duration) error { return ctx.Err() }
+	}
+	r.n = NewNetwork(r.cfg, r.k, zaptest.NewLogger(t))
+	NoWaits(r.n)
 	return r
 }
 
@@ -106,7 +114,7 @@ func outcome(details string, err error) string {
 }
 
 func (r *rig) state() string {
-	s := "## kernel\n" + r.k.dump() + "## files\n" + dumpFiles(r.dir) + "## log\n" + strings.Join(r.k.log, "\n") + "\n"
+	s := "## kernel\n" + r.k.Dump() + "## files\n" + dumpFiles(r.dir) + "## log\n" + strings.Join(r.k.Log(), "\n") + "\n"
 	// Paths under the test's folder are the same in every run.
 	return strings.ReplaceAll(s, r.dir, "$DIR")
 }
@@ -309,7 +317,7 @@ func TestPlugRollback(t *testing.T) {
 			// Fail the first matching operation that happens after the
 			// plug reached the namespace (Move is the first one there).
 			failed := false
-			r.k.fail = func(op string) error {
+			r.k.Fail = func(op string) error {
 				if !failed && op == tc.failOp {
 					failed = true
 					return errors.New("injected failure")
@@ -323,7 +331,7 @@ func TestPlugRollback(t *testing.T) {
 			if !strings.HasPrefix(got, tc.want) {
 				t.Fatalf("got %s, want %s ...", got, tc.want)
 			}
-			r.k.fail = nil
+			r.k.Fail = nil
 			after := r.state()
 			// The log grows (down scripts of the rollback); compare the
 			// kernel and the files.
@@ -349,7 +357,7 @@ func TestUpdateFailureRestoresPrevious(t *testing.T) {
 	}
 	before := r.state()
 	failed := false
-	r.k.fail = func(op string) error {
+	r.k.Fail = func(op string) error {
 		if op == "AddAddr" && !failed {
 			failed = true
 			return errors.New("injected failure")
@@ -360,7 +368,7 @@ func TestUpdateFailureRestoresPrevious(t *testing.T) {
 	if !strings.HasPrefix(got, `500 message "Error plugging network"`) {
 		t.Fatalf("got %s", got)
 	}
-	r.k.fail = nil
+	r.k.Fail = nil
 	if a, b := strings.Split(r.state(), "## log")[0], strings.Split(before, "## log")[0]; a != b {
 		t.Errorf("state after the failed update differs\n--- after\n%s\n--- before\n%s", a, b)
 	}
@@ -381,7 +389,7 @@ func TestUpdateVIPNetInfoFailure(t *testing.T) {
 			}
 			before := r.state()
 			failed := false
-			r.k.fail = func(op string) error {
+			r.k.Fail = func(op string) error {
 				if op == failOp && !failed {
 					failed = true
 					return errors.New("injected failure")
@@ -399,14 +407,14 @@ func TestUpdateVIPNetInfoFailure(t *testing.T) {
 			if !fe.HasDetails || !strings.Contains(fe.Details, "injected failure") {
 				t.Errorf("details %q (has details: %v), want the bring-up error", fe.Details, fe.HasDetails)
 			}
-			r.k.fail = nil
+			r.k.Fail = nil
 			if a, b := strings.Split(r.state(), "## log")[0], strings.Split(before, "## log")[0]; a != b {
 				t.Errorf("state after the failed update differs\n--- after\n%s\n--- before\n%s", a, b)
 			}
 			if got := r.do(ctx, step{"network", "", vipNetInfoBody}); got != "ok: Updated existing interface eth1" {
 				t.Fatalf("retry: %s", got)
 			}
-			if dump := r.k.dump(); !strings.Contains(dump, "addr 198.51.100.30/24") {
+			if dump := r.k.Dump(); !strings.Contains(dump, "addr 198.51.100.30/24") {
 				t.Errorf("the retry did not add the new fixed IP:\n%s", dump)
 			}
 		})
@@ -422,9 +430,9 @@ func TestUpstream11Files(t *testing.T) {
 	if err := r.k.EnsureNamespace(testNS); err != nil {
 		t.Fatal(err)
 	}
-	r.k.addLink(testNS, "eth1", vipMAC)
-	r.k.addLink(testNS, "eth2", memberMAC)
-	dir := r.n.cfg.NetworkDir
+	r.k.AddLink(testNS, "eth1", vipMAC)
+	r.k.AddLink(testNS, "eth2", memberMAC)
+	dir := r.cfg.NetworkDir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +448,7 @@ func TestUpstream11Files(t *testing.T) {
 	if err := r.n.Interfaces(ctx, "up", "all"); err != nil {
 		t.Fatal(err)
 	}
-	dump := r.k.dump()
+	dump := r.k.Dump()
 	for _, want := range []string{"rule from 203.0.113.10/32 lookup 1", "route table 1 203.0.113.0/24 dev eth1 src 203.0.113.10", "addr 198.51.100.20/24", "mtu 1450 up"} {
 		if !strings.Contains(dump, want) {
 			t.Errorf("state lacks %q:\n%s", want, dump)
@@ -458,20 +466,20 @@ func TestRestore(t *testing.T) {
 			t.Fatal(got)
 		}
 	}
-	want := r.k.dump()
+	want := r.k.Dump()
 
 	// Reboot: a fresh kernel with the NICs in the host namespace.
-	k2 := newFakeKernel()
-	k2.addLink("", "eth0", "fa:16:3e:00:00:99")
-	k2.addLink("", "ens4", vipMAC)
-	k2.addLink("", "ens5", memberMAC)
-	k2.addLink("", "eth3", otherMAC) // never plugged: stays where it is
-	n2 := NewNetwork(r.n.cfg, k2, zaptest.NewLogger(t))
-	n2.conf.wait = r.n.conf.wait
+	k2 := netnstest.NewKernel()
+	k2.AddLink("", "eth0", "fa:16:3e:00:00:99")
+	k2.AddLink("", "ens4", vipMAC)
+	k2.AddLink("", "ens5", memberMAC)
+	k2.AddLink("", "eth3", otherMAC) // never plugged: stays where it is
+	n2 := NewNetwork(r.cfg, k2, zaptest.NewLogger(t))
+	NoWaits(n2)
 	if err := n2.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := k2.dump()
+	got := k2.Dump()
 	// Interface indexes differ after a reboot; the dump shows names only.
 	if got != want {
 		t.Errorf("restored state differs\n--- got\n%s\n--- want (before the reboot)\n%s", got, want)
@@ -480,10 +488,31 @@ func TestRestore(t *testing.T) {
 	if err := n2.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if again := k2.dump(); again != got {
+	if again := k2.Dump(); again != got {
 		t.Errorf("second restore changed the state\n%s", again)
 	}
 	if _, err := os.Stat(filepath.Join(r.dir, "interfaces", "lo.json")); err != nil {
 		t.Errorf("lo.json not written: %v", err)
 	}
+}
+
+// dumpFiles renders the agent's files under dir, for golden files.
+func dumpFiles(dir string) string {
+	var b strings.Builder
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return nil
+		}
+		data, _ := os.ReadFile(path)
+		if strings.HasSuffix(path, ".json") {
+			var pretty bytes.Buffer
+			if json.Indent(&pretty, data, "", "  ") == nil {
+				data = pretty.Bytes()
+			}
+		}
+		rel, _ := filepath.Rel(dir, path)
+		fmt.Fprintf(&b, "file %s (%#o)\n%s\n", rel, info.Mode().Perm(), strings.TrimRight(string(data), "\n"))
+		return nil
+	})
+	return b.String()
 }

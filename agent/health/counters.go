@@ -101,12 +101,6 @@ func (c *Counters) Delta(listener, metric string, current uint64) int64 {
 	return cur
 }
 
-// Last returns the stored value of listener's metric.
-func (c *Counters) Last(listener, metric string) (int64, bool) {
-	v, ok := c.m[listener][metric]
-	return v, ok
-}
-
 // Marshal renders the state as upstream writes it: one JSON object,
 // listener → {"bin": n, "bout": n, "ereq": n, "stot": n}, with Python's
 // separators; listeners sorted so the output is stable.

@@ -108,7 +108,6 @@ type MemberReading struct {
 const (
 	StatusUp    = "UP"
 	StatusDrain = "DRAIN"
-	StatusOpen  = "OPEN"
 )
 
 // excluded reports whether a proxy is internal and must never be reported
@@ -230,9 +229,6 @@ func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
 	}
 	return msg
 }
-
-// NextSeq is the number the next built message will carry.
-func (b *Builder) NextSeq() uint64 { return b.seq }
 
 func countReadings(lbs int, readings []Reading) counts {
 	c := counts{LoadBalancers: lbs}

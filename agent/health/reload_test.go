@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
@@ -33,7 +32,7 @@ func TestReloadRaceRealHAProxy(t *testing.T) {
 	if err := os.MkdirAll(layout.Dir(lb), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	member := testenv.FreePort(t)
+	member := haproxytest.FreePort(t)
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `global
     maxconn 200
@@ -53,7 +52,7 @@ frontend %[1]s
 
 backend pool-%[3]d:%[1]s
     server member-%[3]d 127.0.0.1:%[4]d
-`, l, testenv.FreePort(t), i, member)
+`, l, haproxytest.FreePort(t), i, member)
 	}
 	hp := haproxytest.Start(t, haproxytest.Options{
 		Config: cfg.String(), Dir: base, ConfigPath: layout.ConfigPath(lb), PidFile: layout.PidPath(lb),

@@ -31,7 +31,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
 const (
@@ -398,7 +399,7 @@ func benchHAProxyFloor(t *testing.T) haproxyFloor {
 		return haproxyFloor{err: fmt.Errorf("no %s", benchHAProxy)}
 	}
 	dir := t.TempDir()
-	port := testenv.FreePort(t)
+	port := haproxytest.FreePort(t)
 	cfg := fmt.Sprintf(`global
     maxconn 100
     stats socket %s mode 600 level admin
@@ -415,7 +416,7 @@ frontend fe
 
 backend be
     server s1 127.0.0.1:%d
-`, filepath.Join(dir, "stats.sock"), port, testenv.FreePort(t))
+`, filepath.Join(dir, "stats.sock"), port, haproxytest.FreePort(t))
 	cfgPath := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -35,9 +35,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
-	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
 const (

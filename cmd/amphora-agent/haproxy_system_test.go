@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
-	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 

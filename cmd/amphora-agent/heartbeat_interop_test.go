@@ -18,7 +18,7 @@ import (
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )

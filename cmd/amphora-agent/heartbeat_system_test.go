@@ -16,8 +16,8 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
-	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
 // The running agent reports a real HAProxy, which it runs in an amphora

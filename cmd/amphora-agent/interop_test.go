@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 )
 
 const (

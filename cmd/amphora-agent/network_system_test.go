@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
-	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
 // netRig is a netTopology whose member serves HTTP and whose agent runs

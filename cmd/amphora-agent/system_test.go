@@ -20,8 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
 func dial(e *testenv.Env, cfg *tls.Config) (*tls.Conn, error) {
@@ -308,7 +309,7 @@ func TestRepeatedConfigFile(t *testing.T) {
 	}
 	// The second file moves the API to another port and turns debug off.
 	override := e.Path("override.conf")
-	port := testenv.FreePort(t)
+	port := haproxytest.FreePort(t)
 	if err := os.WriteFile(override, []byte(fmt.Sprintf("[haproxy-amphora]\nbind-port = %d\n[DEFAULT]\ndebug = False\n", port)), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
-	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
 // newLBEnv builds a client/amphora/members topology with two members and

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
-	"github.com/amphora-agent/amphora-agent/agent/testenv/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
 const vrrpVIP = "203.0.113.10"

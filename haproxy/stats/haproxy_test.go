@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
@@ -18,7 +17,7 @@ import (
 func TestRealHAProxy(t *testing.T) {
 	dir := haproxytest.ShortDir(t)
 	sock := filepath.Join(dir, "lb.sock")
-	fe, member := testenv.FreePort(t), testenv.FreePort(t)
+	fe, member := haproxytest.FreePort(t), haproxytest.FreePort(t)
 	cfg := fmt.Sprintf(`global
     maxconn 100
     stats socket %s mode 0666 level user

@@ -4,21 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 )
 
-// Arguments of `show stat <iid> <type> <sid>`.
-const (
-	All = -1 // every proxy, every object type, or every server
-
-	TypeFrontends = 1
-	TypeBackends  = 2
-	TypeServers   = 4
-)
+// All is the `show stat <iid> <type> <sid>` argument for every proxy,
+// every object type, or every server.
+const All = -1
 
 // Names of the columns the agent reads, and svname values of the summary
 // rows.
@@ -51,12 +45,6 @@ func (r Row) Get(name string) string {
 		return ""
 	}
 	return r.fields[i]
-}
-
-// Has reports whether the answer had a column called name.
-func (r Row) Has(name string) bool {
-	_, ok := r.cols[name]
-	return ok
 }
 
 // Uint parses column name as an unsigned decimal counter.
@@ -147,20 +135,6 @@ func notCSV(data []byte) error {
 
 // Info is the answer to `show info`: key → value, both trimmed.
 type Info map[string]string
-
-// UptimeSec is HAProxy's Uptime_sec, which tells whether the process just
-// restarted.
-func (i Info) UptimeSec() (int64, error) {
-	v, ok := i["Uptime_sec"]
-	if !ok {
-		return 0, errors.New("show info: no Uptime_sec")
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("show info: Uptime_sec = %q", v)
-	}
-	return n, nil
-}
 
 // ShowInfo runs `show info`.
 func ShowInfo(ctx context.Context, socketPath string) (Info, error) {

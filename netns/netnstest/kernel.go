@@ -1,96 +1,103 @@
-package netns
+// Package netnstest is an in-memory netns.Kernel for unit tests of netns
+// and of its callers (the agent), so that plugging can be tested without
+// root and compared as text.
+package netnstest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/netns"
 )
 
-// fakeKernel is an in-memory kernel: namespaces ("" is the agent's own)
+// Kernel is an in-memory kernel: namespaces ("" is the agent's own)
 // with links, addresses, routes and rules, behaving like Linux where
 // plugging depends on it (a moved link arrives down and bare; names are
 // unique per namespace; duplicates are EEXIST). It records the commands,
-// sysctls and advertisements asked of it, and fail injects errors.
-type fakeKernel struct {
+// sysctls and advertisements asked of it, and Fail injects errors.
+type Kernel struct {
 	mu        sync.Mutex
-	spaces    map[string]*fakeNS
+	spaces    map[string]*nsState
 	nextIndex int
 
-	// fail, when set, is asked before every operation ("AddRule",
+	// Fail, when set, is asked before every operation (set it between
+	// operations, not during one) ("AddRule",
 	// "Move", "Run /usr/local/bin/..."); a non-nil answer is returned.
-	fail func(op string) error
+	Fail func(op string) error
 
 	log []string // commands, sysctls, advertisements, in order
 }
 
-type fakeNS struct {
-	links  []*fakeLink
-	routes []KRoute
-	rules  []KRule
+type nsState struct {
+	links  []*linkState
+	routes []netns.KRoute
+	rules  []netns.KRule
 }
 
-type fakeLink struct {
-	Link
-	addrs []IPAddr
+type linkState struct {
+	netns.Link
+	addrs []netns.IPAddr
 }
 
-func newFakeKernel() *fakeKernel {
-	k := &fakeKernel{spaces: map[string]*fakeNS{"": {}}, nextIndex: 1}
-	k.addLink("", "lo", "")
+// NewKernel returns a kernel whose own namespace holds only lo.
+func NewKernel() *Kernel {
+	k := &Kernel{spaces: map[string]*nsState{"": {}}, nextIndex: 1}
+	k.AddLink("", "lo", "")
 	return k
 }
 
-// addLink adds a link (down, no addresses) to a namespace.
-func (k *fakeKernel) addLink(ns, name, mac string) {
+// AddLink adds a link (down, no addresses) to a namespace.
+func (k *Kernel) AddLink(ns, name, mac string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var hw net.HardwareAddr
 	if mac != "" {
 		hw, _ = net.ParseMAC(mac)
 	}
-	k.spaces[ns].links = append(k.spaces[ns].links, &fakeLink{Link: Link{Index: k.nextIndex, Name: name, MAC: hw, MTU: 1500}})
+	k.spaces[ns].links = append(k.spaces[ns].links, &linkState{Link: netns.Link{Index: k.nextIndex, Name: name, MAC: hw, MTU: 1500}})
 	k.nextIndex++
 }
 
-func (k *fakeKernel) check(op string) error {
-	if k.fail != nil {
-		return k.fail(op)
+func (k *Kernel) check(op string) error {
+	if k.Fail != nil {
+		return k.Fail(op)
 	}
 	return nil
 }
 
-func (k *fakeKernel) Open(ns string) (Handle, error) {
+// Open implements netns.Kernel.
+func (k *Kernel) Open(ns string) (netns.Handle, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.spaces[ns]; !ok {
 		return nil, fmt.Errorf("network namespace %s: %w", ns, os.ErrNotExist)
 	}
-	return &fakeHandle{k: k, ns: ns}, nil
+	return &handle{k: k, ns: ns}, nil
 }
 
-func (k *fakeKernel) EnsureNamespace(ns string) error {
+// EnsureNamespace implements netns.Kernel: a new namespace holds lo, up.
+func (k *Kernel) EnsureNamespace(ns string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.spaces[ns]; !ok {
-		k.spaces[ns] = &fakeNS{}
+		k.spaces[ns] = &nsState{}
 		k.nextIndex++
-		k.spaces[ns].links = append(k.spaces[ns].links, &fakeLink{Link: Link{Index: 1, Name: "lo", MTU: 65536, Up: true},
-			addrs: []IPAddr{{Prefix: netip.MustParsePrefix("127.0.0.1/8"), Permanent: true}, {Prefix: netip.MustParsePrefix("::1/128"), Permanent: true}}})
+		k.spaces[ns].links = append(k.spaces[ns].links, &linkState{Link: netns.Link{Index: 1, Name: "lo", MTU: 65536, Up: true},
+			addrs: []netns.IPAddr{{Prefix: netip.MustParsePrefix("127.0.0.1/8"), Permanent: true}, {Prefix: netip.MustParsePrefix("::1/128"), Permanent: true}}})
 	}
 	return nil
 }
 
-func (k *fakeKernel) Run(ctx context.Context, ns string, argv []string) ([]byte, error) {
+// Run implements netns.Kernel: it records argv and runs nothing.
+func (k *Kernel) Run(ctx context.Context, ns string, argv []string) ([]byte, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := k.check("Run " + strings.Join(argv, " ")); err != nil {
@@ -100,20 +107,30 @@ func (k *fakeKernel) Run(ctx context.Context, ns string, argv []string) ([]byte,
 	return nil, nil
 }
 
-func (k *fakeKernel) Sysctl(ns, key, value string) error {
+// Sysctl implements netns.Kernel and records the setting.
+func (k *Kernel) Sysctl(ns, key, value string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.log = append(k.log, fmt.Sprintf("sysctl in %s: %s=%s", nsLabel(ns), key, value))
 	return nil
 }
 
-func (k *fakeKernel) Advertise(ctx context.Context, ns string, addrs []netip.Addr) error {
+// Advertise has the shape of the agent's Options.Advertise and records
+// each address.
+func (k *Kernel) Advertise(ctx context.Context, ns string, addrs []netip.Addr) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, a := range addrs {
 		k.log = append(k.log, fmt.Sprintf("advertise in %s: %s", nsLabel(ns), a))
 	}
 	return nil
+}
+
+// Log returns the commands, sysctls and advertisements asked so far.
+func (k *Kernel) Log() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]string(nil), k.log...)
 }
 
 func nsLabel(ns string) string {
@@ -123,14 +140,14 @@ func nsLabel(ns string) string {
 	return ns
 }
 
-type fakeHandle struct {
-	k  *fakeKernel
+type handle struct {
+	k  *Kernel
 	ns string
 }
 
-func (h *fakeHandle) space() *fakeNS { return h.k.spaces[h.ns] }
+func (h *handle) space() *nsState { return h.k.spaces[h.ns] }
 
-func (h *fakeHandle) link(index int) (*fakeLink, error) {
+func (h *handle) link(index int) (*linkState, error) {
 	for _, l := range h.space().links {
 		if l.Index == index {
 			return l, nil
@@ -139,7 +156,7 @@ func (h *fakeHandle) link(index int) (*fakeLink, error) {
 	return nil, unix.ENODEV
 }
 
-func (h *fakeHandle) do(op string, fn func() error) error {
+func (h *handle) do(op string, fn func() error) error {
 	h.k.mu.Lock()
 	defer h.k.mu.Unlock()
 	if err := h.k.check(op); err != nil {
@@ -148,10 +165,10 @@ func (h *fakeHandle) do(op string, fn func() error) error {
 	return fn()
 }
 
-func (h *fakeHandle) Close() error { return nil }
+func (h *handle) Close() error { return nil }
 
-func (h *fakeHandle) Links() ([]Link, error) {
-	var out []Link
+func (h *handle) Links() ([]netns.Link, error) {
+	var out []netns.Link
 	err := h.do("Links", func() error {
 		for _, l := range h.space().links {
 			out = append(out, l.Link)
@@ -161,7 +178,7 @@ func (h *fakeHandle) Links() ([]Link, error) {
 	return out, err
 }
 
-func (h *fakeHandle) SetUp(index int) error {
+func (h *handle) SetUp(index int) error {
 	return h.do("SetUp", func() error {
 		l, err := h.link(index)
 		if err == nil {
@@ -171,7 +188,7 @@ func (h *fakeHandle) SetUp(index int) error {
 	})
 }
 
-func (h *fakeHandle) SetDown(index int) error {
+func (h *handle) SetDown(index int) error {
 	return h.do("SetDown", func() error {
 		l, err := h.link(index)
 		if err == nil {
@@ -181,7 +198,7 @@ func (h *fakeHandle) SetDown(index int) error {
 	})
 }
 
-func (h *fakeHandle) SetMTU(index, mtu int) error {
+func (h *handle) SetMTU(index, mtu int) error {
 	return h.do("SetMTU", func() error {
 		l, err := h.link(index)
 		if err == nil {
@@ -191,7 +208,7 @@ func (h *fakeHandle) SetMTU(index, mtu int) error {
 	})
 }
 
-func (h *fakeHandle) Move(index int, ns, name string) error {
+func (h *handle) Move(index int, ns, name string) error {
 	return h.do("Move", func() error {
 		l, err := h.link(index)
 		if err != nil {
@@ -213,7 +230,7 @@ func (h *fakeHandle) Move(index int, ns, name string) error {
 				break
 			}
 		}
-		var keep []KRoute
+		var keep []netns.KRoute
 		for _, r := range src.routes {
 			if r.LinkIndex != index {
 				keep = append(keep, r)
@@ -226,8 +243,8 @@ func (h *fakeHandle) Move(index int, ns, name string) error {
 	})
 }
 
-func (h *fakeHandle) Addrs(index int) ([]IPAddr, error) {
-	var out []IPAddr
+func (h *handle) Addrs(index int) ([]netns.IPAddr, error) {
+	var out []netns.IPAddr
 	err := h.do("Addrs", func() error {
 		l, err := h.link(index)
 		if err == nil {
@@ -238,7 +255,7 @@ func (h *fakeHandle) Addrs(index int) ([]IPAddr, error) {
 	return out, err
 }
 
-func (h *fakeHandle) AddAddr(index int, p netip.Prefix) error {
+func (h *handle) AddAddr(index int, p netip.Prefix) error {
 	return h.do("AddAddr", func() error {
 		l, err := h.link(index)
 		if err != nil {
@@ -249,12 +266,12 @@ func (h *fakeHandle) AddAddr(index int, p netip.Prefix) error {
 				return unix.EEXIST
 			}
 		}
-		l.addrs = append(l.addrs, IPAddr{Prefix: p, Permanent: true})
+		l.addrs = append(l.addrs, netns.IPAddr{Prefix: p, Permanent: true})
 		return nil
 	})
 }
 
-func (h *fakeHandle) DelAddr(index int, p netip.Prefix) error {
+func (h *handle) DelAddr(index int, p netip.Prefix) error {
 	return h.do("DelAddr", func() error {
 		l, err := h.link(index)
 		if err != nil {
@@ -270,8 +287,8 @@ func (h *fakeHandle) DelAddr(index int, p netip.Prefix) error {
 	})
 }
 
-func (h *fakeHandle) Routes(index int) ([]KRoute, error) {
-	var out []KRoute
+func (h *handle) Routes(index int) ([]netns.KRoute, error) {
+	var out []netns.KRoute
 	err := h.do("Routes", func() error {
 		for _, r := range h.space().routes {
 			if r.LinkIndex == index {
@@ -283,7 +300,7 @@ func (h *fakeHandle) Routes(index int) ([]KRoute, error) {
 	return out, err
 }
 
-func (h *fakeHandle) hasAddr(a netip.Addr) bool {
+func (h *handle) hasAddr(a netip.Addr) bool {
 	for _, l := range h.space().links {
 		for _, x := range l.addrs {
 			if x.Prefix.Addr() == a {
@@ -294,7 +311,7 @@ func (h *fakeHandle) hasAddr(a netip.Addr) bool {
 	return false
 }
 
-func (h *fakeHandle) AddRoute(r KRoute) error {
+func (h *handle) AddRoute(r netns.KRoute) error {
 	return h.do("AddRoute", func() error {
 		if _, err := h.link(r.LinkIndex); err != nil {
 			return err
@@ -314,11 +331,23 @@ func (h *fakeHandle) AddRoute(r KRoute) error {
 	})
 }
 
-func (h *fakeHandle) DelRoute(r KRoute) error {
+// sameRoute is how Linux matches a route to delete: destination,
+// gateway, preferred source and table (0 is main).
+func sameRoute(a, b netns.KRoute) bool {
+	table := func(r netns.KRoute) int {
+		if r.Table == 0 {
+			return unix.RT_TABLE_MAIN
+		}
+		return r.Table
+	}
+	return a.Dst.Masked() == b.Dst.Masked() && a.Gateway == b.Gateway && a.Prefsrc == b.Prefsrc && table(a) == table(b)
+}
+
+func (h *handle) DelRoute(r netns.KRoute) error {
 	return h.do("DelRoute", func() error {
 		s := h.space()
 		for i, o := range s.routes {
-			if keyOf(o) == keyOf(r) && o.LinkIndex == r.LinkIndex {
+			if sameRoute(o, r) && o.LinkIndex == r.LinkIndex {
 				s.routes = append(s.routes[:i], s.routes[i+1:]...)
 				return nil
 			}
@@ -327,8 +356,8 @@ func (h *fakeHandle) DelRoute(r KRoute) error {
 	})
 }
 
-func (h *fakeHandle) Rules() ([]KRule, error) {
-	var out []KRule
+func (h *handle) Rules() ([]netns.KRule, error) {
+	var out []netns.KRule
 	err := h.do("Rules", func() error {
 		out = append(out, h.space().rules...)
 		return nil
@@ -336,7 +365,7 @@ func (h *fakeHandle) Rules() ([]KRule, error) {
 	return out, err
 }
 
-func (h *fakeHandle) AddRule(r KRule) error {
+func (h *handle) AddRule(r netns.KRule) error {
 	return h.do("AddRule", func() error {
 		for _, o := range h.space().rules {
 			if o.Src == r.Src && o.Table == r.Table {
@@ -348,7 +377,7 @@ func (h *fakeHandle) AddRule(r KRule) error {
 	})
 }
 
-func (h *fakeHandle) DelRule(r KRule) error {
+func (h *handle) DelRule(r netns.KRule) error {
 	return h.do("DelRule", func() error {
 		s := h.space()
 		for i, o := range s.rules {
@@ -361,8 +390,8 @@ func (h *fakeHandle) DelRule(r KRule) error {
 	})
 }
 
-// dump renders the kernel state as text, sorted, for golden files.
-func (k *fakeKernel) dump() string {
+// Dump renders the kernel state as text, sorted, for golden files.
+func (k *Kernel) Dump() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var names []string
@@ -374,7 +403,7 @@ func (k *fakeKernel) dump() string {
 	for _, n := range names {
 		s := k.spaces[n]
 		fmt.Fprintf(&b, "namespace %s\n", nsLabel(n))
-		links := append([]*fakeLink(nil), s.links...)
+		links := append([]*linkState(nil), s.links...)
 		sort.Slice(links, func(i, j int) bool { return links[i].Name < links[j].Name })
 		byIndex := map[int]string{}
 		for _, l := range links {
@@ -413,7 +442,7 @@ func (k *fakeKernel) dump() string {
 	return b.String()
 }
 
-func routeText(r KRoute, dev string) string {
+func routeText(r netns.KRoute, dev string) string {
 	s := fmt.Sprintf("table %d %s", r.Table, r.Dst)
 	if r.Gateway.IsValid() {
 		s += " via " + r.Gateway.String()
@@ -422,32 +451,11 @@ func routeText(r KRoute, dev string) string {
 	if r.Prefsrc.IsValid() {
 		s += " src " + r.Prefsrc.String()
 	}
-	if r.Scope == ScopeLink {
+	if r.Scope == netns.ScopeLink {
 		s += " scope link"
 	}
 	if r.OnLink {
 		s += " onlink"
 	}
 	return s + fmt.Sprintf(" proto %d", r.Protocol)
-}
-
-// files renders the agent's files under dir, for golden files.
-func dumpFiles(dir string) string {
-	var b strings.Builder
-	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return nil
-		}
-		data, _ := os.ReadFile(path)
-		if strings.HasSuffix(path, ".json") {
-			var pretty bytes.Buffer
-			if json.Indent(&pretty, data, "", "  ") == nil {
-				data = pretty.Bytes()
-			}
-		}
-		rel, _ := filepath.Rel(dir, path)
-		fmt.Fprintf(&b, "file %s (%#o)\n%s\n", rel, info.Mode().Perm(), strings.TrimRight(string(data), "\n"))
-		return nil
-	})
-	return b.String()
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
 var (
@@ -121,7 +122,7 @@ func New(t testing.TB) *Env {
 	e.write(e.CAFile, ca.PEM)
 	e.write(e.ServerCert, server.Combined())
 	e.write(e.ClientCert, client.Combined())
-	e.Port = FreePort(t)
+	e.Port = haproxytest.FreePort(t)
 	// The agent creates its data-plane namespace at start-up; remove it
 	// with the test (a test that names its own namespace removes that).
 	e.namespace = fmt.Sprintf("amphora-test-%d", e.Port)
@@ -304,17 +305,6 @@ func (e *Env) Do(method, path string, body []byte) (int, string, []byte) {
 	var buf bytes.Buffer
 	buf.ReadFrom(resp.Body)
 	return resp.StatusCode, resp.Header.Get("Content-Type"), buf.Bytes()
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // WaitFor polls cond until it holds or the timeout passes.

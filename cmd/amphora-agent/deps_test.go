@@ -1,0 +1,249 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The layering of the module, checked on the import graph that `go list`
+// reports (as Tailscale checks its own). A package's imports include those
+// of its tests, with and without the test-tier build tags, so that test
+// code keeps to the layers too.
+//
+// Patterns are relative to the module: "x" is that package, "x/..." is x
+// and the packages under it, "..." is every package of the module. In
+// deny, a path outside the module (net/http) means that package.
+//
+// The HTTP rule's exceptions: agent/api serves the REST API,
+// cmd/amphora-agent wires the server, and cmd/amphora-agent/internal holds
+// the system-test harness (testenv calls the API, topo runs member HTTP
+// servers and clients), which only cmd/amphora-agent's tests can import.
+var layerRules = []layerRule{
+	{
+		why:  "domain packages sit below the agent core",
+		from: []string{"haproxy/...", "keepalived/...", "netns/...", "certs/..."},
+		deny: []string{"agent", "agent/api/...", "agent/config/...", "agent/health/..."},
+	},
+	{
+		why:  "leaf helpers import nothing of this module",
+		from: []string{"agent/fault", "agent/fsutil", "agent/logging", "agent/pidfile", "agent/procwatch", "agent/sysinfo"},
+		deny: []string{"..."},
+	},
+	{
+		why:    "only the API and the binary speak HTTP",
+		from:   []string{"..."},
+		except: []string{"agent/api", "cmd/amphora-agent", "cmd/amphora-agent/internal/..."},
+		deny:   []string{"net/http/..."},
+	},
+}
+
+const modulePath = "github.com/amphora-agent/amphora-agent"
+
+// The tag sets the tiers build with; a file under any of them counts.
+var tagSets = []string{"", "system interop bench"}
+
+type layerRule struct {
+	why    string
+	from   []string // packages the rule applies to
+	except []string // packages of from it does not apply to
+	deny   []string // imports forbidden to them
+}
+
+// importGraph maps each package of the module (relative path, "." for the
+// root) to what it and its tests import: module packages relative,
+// others by their import path.
+type importGraph map[string][]string
+
+func TestLayering(t *testing.T) {
+	g := loadGraph(t)
+	if len(g) < 10 {
+		t.Fatalf("go list found only %d packages: %v", len(g), g)
+	}
+	for _, v := range layerViolations(g, layerRules) {
+		t.Error(v)
+	}
+}
+
+// TestLayerRulesNameRealPackages: a rule whose packages were renamed away
+// would pass forever, so every pattern must still match something.
+func TestLayerRulesNameRealPackages(t *testing.T) {
+	g := loadGraph(t)
+	for _, r := range layerRules {
+		for _, p := range append(append([]string(nil), r.from...), r.except...) {
+			found := false
+			for pkg := range g {
+				found = found || matchPkg(p, pkg, g)
+			}
+			if !found {
+				t.Errorf("rule %q: %q matches no package of the module", r.why, p)
+			}
+		}
+	}
+}
+
+// TestLayerViolations runs the checker on made-up graphs, so that a
+// checker that never reports anything fails here.
+func TestLayerViolations(t *testing.T) {
+	cases := []struct {
+		name string
+		g    importGraph
+		want []string
+	}{
+		{
+			name: "clean",
+			g: importGraph{
+				"agent":                           {"haproxy", "netns", "agent/fault", "sync"},
+				"agent/api":                       {"agent", "net/http", "net/http/httptest"},
+				"agent/fault":                     {"errors"},
+				"haproxy":                         {"netns", "agent/fault", "agent/procwatch"},
+				"haproxy/stats":                   {"haproxy/stats", "net"}, // an external test imports its own package
+				"netns":                           {"agent/fault"},
+				"cmd/amphora-agent":               {"agent", "agent/api", "net/http"},
+				"cmd/amphora-agent/internal/topo": {"net/http"},
+			},
+		},
+		{
+			name: "domain imports the agent core",
+			g: importGraph{
+				"agent":          {"haproxy"},
+				"agent/config":   {},
+				"haproxy":        {"agent"},
+				"netns/sub":      {"agent/config"},
+				"keepalived":     {"agent/fault"},
+				"certs/devpki":   {"agent/health/x"},
+				"agent/health/x": {},
+				"agent/fault":    {},
+			},
+			want: []string{
+				"certs/devpki imports agent/health/x: domain packages sit below the agent core",
+				"haproxy imports agent: domain packages sit below the agent core",
+				"netns/sub imports agent/config: domain packages sit below the agent core",
+			},
+		},
+		{
+			name: "leaf helper imports the module",
+			g: importGraph{
+				"agent/fsutil":    {"os"},
+				"agent/procwatch": {"agent/fsutil", "agent/procwatch"},
+			},
+			want: []string{"agent/procwatch imports agent/fsutil: leaf helpers import nothing of this module"},
+		},
+		{
+			name: "HTTP outside the API",
+			g: importGraph{
+				"agent/api":                          {"net/http"},
+				"agent/health":                       {"net/http/httptest"},
+				"netns":                              {"net/http"},
+				"cmd/amphora-agent/internal/testenv": {"net/http"},
+				"cmd/amphora-devenv":                 {"net/http"},
+			},
+			want: []string{
+				"agent/health imports net/http/httptest: only the API and the binary speak HTTP",
+				"cmd/amphora-devenv imports net/http: only the API and the binary speak HTTP",
+				"netns imports net/http: only the API and the binary speak HTTP",
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := layerViolations(c.g, layerRules)
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+			}
+		})
+	}
+}
+
+// layerViolations lists, sorted, each import that breaks a rule.
+func layerViolations(g importGraph, rules []layerRule) []string {
+	var out []string
+	for pkg, imports := range g {
+		for _, r := range rules {
+			if !matchAny(r.from, pkg, g) || matchAny(r.except, pkg, g) {
+				continue
+			}
+			for _, imp := range imports {
+				if imp != pkg && matchAny(r.deny, imp, g) {
+					out = append(out, fmt.Sprintf("%s imports %s: %s", pkg, imp, r.why))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func matchAny(patterns []string, pkg string, g importGraph) bool {
+	for _, p := range patterns {
+		if matchPkg(p, pkg, g) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchPkg reports whether pkg is pattern; "..." is any package of the
+// module, that is any package the graph has an entry for.
+func matchPkg(pattern, pkg string, g importGraph) bool {
+	if pattern == "..." {
+		_, ok := g[pkg]
+		return ok
+	}
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return pkg == base || strings.HasPrefix(pkg, base+"/")
+	}
+	return pkg == pattern
+}
+
+// loadGraph asks `go list` for the module's packages under every tag set.
+func loadGraph(t *testing.T) importGraph {
+	t.Helper()
+	g := importGraph{}
+	for _, tags := range tagSets {
+		cmd := exec.Command("go", "list", "-tags", tags,
+			"-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`,
+			modulePath+"/...")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -tags %q: %v\n%s", tags, err, stderrOf(err))
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			pkg := relPkg(f[0])
+			seen := map[string]bool{}
+			for _, imp := range g[pkg] {
+				seen[imp] = true
+			}
+			if _, ok := g[pkg]; !ok {
+				g[pkg] = nil
+			}
+			for _, imp := range f[1:] {
+				if imp = relPkg(imp); !seen[imp] {
+					seen[imp] = true
+					g[pkg] = append(g[pkg], imp)
+				}
+			}
+		}
+	}
+	return g
+}
+
+func relPkg(path string) string {
+	if path == modulePath {
+		return "."
+	}
+	if rel, ok := strings.CutPrefix(path, modulePath+"/"); ok {
+		return rel
+	}
+	return path
+}
+
+func stderrOf(err error) []byte {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.Stderr
+	}
+	return nil
+}
