@@ -1,0 +1,190 @@
+package keepalived
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+)
+
+// fakeKeepalived stands in for keepalived: it writes its pid to -p's file,
+// says "reloaded" on SIGHUP, removes the pid file and exits on SIGTERM,
+// and exits at once with status 1 while the file <dir>/refuse exists.
+const fakeKeepalived = `#!/bin/sh
+pidfile=""
+while [ $# -gt 0 ]; do
+  case "$1" in -p) pidfile="$2"; shift ;; esac
+  shift
+done
+dir=$(dirname "$0")
+if [ -e "$dir/refuse" ]; then echo "fake keepalived: refusing to start"; exit 1; fi
+trap 'echo reloaded' HUP
+trap 'rm -f "$pidfile"; exit 0' TERM
+echo $$ > "$pidfile"
+while :; do sleep 1 & wait $!; done
+`
+
+type fakeEnv struct {
+	dir, base string
+	opts      VRRPOptions
+}
+
+func newFakeEnv(t *testing.T) *fakeEnv {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "keepalived")
+	if err := os.WriteFile(bin, []byte(fakeKeepalived), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &fakeEnv{dir: dir, base: filepath.Join(dir, "lib")}
+	e.opts = VRRPOptions{Base: e.base,
+		Options: Options{Cmd: bin, Log: zaptest.NewLogger(t),
+			Backoff: procwatch.Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: 200 * time.Millisecond, Stable: time.Minute}},
+		Validate: func(context.Context, string) (string, error) { return "", nil }}
+	t.Cleanup(func() {
+		if pid, err := pidfile.Read(VRRPLayout{Base: e.base}.PidPath()); err == nil {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+	return e
+}
+
+// vrrp is a VRRP supervision as one agent process would have it.
+func (e *fakeEnv) vrrp(t *testing.T) *VRRP {
+	v := NewVRRP(e.opts)
+	t.Cleanup(v.Close)
+	return v
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: timed out", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestFakeKeepalivedStartReloadRespawnStop(t *testing.T) {
+	e := newFakeEnv(t)
+	v := e.vrrp(t)
+	ctx := context.Background()
+	if _, err := v.Start(ctx); err == nil {
+		t.Fatal("start without a config succeeded")
+	}
+	if err := v.Upload(ctx, []byte("global_defs {}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if v.Running() {
+		t.Fatal("upload started keepalived")
+	}
+	reloaded, err := v.Start(ctx)
+	if err != nil || reloaded {
+		t.Fatalf("start: reloaded %v, %v", reloaded, err)
+	}
+	pid := v.Pid()
+	if got, _ := pidfile.Read(v.Layout().PidPath()); pid == 0 || got != pid {
+		t.Fatalf("pid %d, pid file %d", pid, got)
+	}
+	// start of a running keepalived reloads it, as upstream.
+	if reloaded, err := v.Start(ctx); err != nil || !reloaded || v.Pid() != pid {
+		t.Fatalf("second start: reloaded %v, pid %d→%d, %v", reloaded, pid, v.Pid(), err)
+	}
+	waitUntil(t, "the reload reaching keepalived", func() bool {
+		out, _ := os.ReadFile(v.Layout().LogPath())
+		return strings.Contains(string(out), "reloaded")
+	})
+	// kill -9: restarted by the supervisor.
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitUntil(t, "a respawned keepalived", func() bool { p := v.Pid(); return p != 0 && p != pid })
+	if h := v.k.d.History(); h.Restarts != 1 || h.LastExit != "killed by signal killed" {
+		t.Fatalf("history %+v", h)
+	}
+	// stop: gone, recorded, and not brought back by a new agent.
+	if err := v.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v.Running() {
+		t.Fatal("running after stop")
+	}
+	if running, recorded, _ := v.k.d.ReadDesired(); running || !recorded {
+		t.Fatalf("stop recorded as running=%v recorded=%v", running, recorded)
+	}
+	v.Close()
+	next := e.vrrp(t)
+	if err := next.Restore(ctx); err != nil || next.Running() {
+		t.Fatalf("restore after stop: running %v, %v", next.Running(), err)
+	}
+}
+
+// An agent restart adopts the keepalived its predecessor started and goes
+// on supervising it; a reboot (nothing running) starts it again.
+func TestFakeKeepalivedAdoptedAndRestored(t *testing.T) {
+	e := newFakeEnv(t)
+	ctx := context.Background()
+	first := e.vrrp(t)
+	if err := first.Upload(ctx, []byte("global_defs {}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := first.Pid()
+	first.Close()
+
+	second := e.vrrp(t)
+	if err := second.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if second.Pid() != pid {
+		t.Fatalf("adopted pid %d, want %d", second.Pid(), pid)
+	}
+	// The adopted process is not the new agent's child; its death is still
+	// seen and it is restarted.
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitUntil(t, "the adopted keepalived respawned", func() bool { p := second.Pid(); return p != 0 && p != pid })
+	pid = second.Pid()
+	second.Close()
+	// "Reboot": the process is gone, the desired state says running.
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitUntil(t, "the old keepalived gone", func() bool { return syscall.Kill(pid, 0) != nil })
+	third := e.vrrp(t)
+	if err := third.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !third.Running() || third.Pid() == pid {
+		t.Fatalf("restore after reboot: running %v pid %d", third.Running(), third.Pid())
+	}
+}
+
+// A start that fails is answered with keepalived's output and retried
+// until it works; a cancelled request changes nothing of that.
+func TestFakeKeepalivedFailedStartRetried(t *testing.T) {
+	e := newFakeEnv(t)
+	v := e.vrrp(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := v.Upload(context.Background(), []byte("global_defs {}\n")); err != nil {
+		t.Fatal(err)
+	}
+	refuse := filepath.Join(e.dir, "refuse")
+	if err := os.WriteFile(refuse, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := v.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), "refusing to start") {
+		t.Fatalf("failed start: %v", err)
+	}
+	os.Remove(refuse)
+	waitUntil(t, "the retried start", v.Running)
+}
