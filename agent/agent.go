@@ -286,18 +286,22 @@ func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) e
 	return fn(ctx)
 }
 
-// Reload re-reads the configuration files (SIGHUP).
-func (a *Agent) Reload() error {
-	sources, err := config.ReadFiles(a.files)
-	if err != nil {
-		return err
-	}
-	cfg, warnings, err := config.Load(sources)
-	if err != nil {
-		return err
-	}
-	a.apply(cfg, warnings)
-	return nil
+// Reload re-reads the configuration files (SIGHUP). It takes the
+// mutation lock like PUT /1.0/config, so the configuration in force is
+// always the one written last.
+func (a *Agent) Reload(ctx context.Context) error {
+	return a.Exclusive(ctx, func(context.Context) error {
+		sources, err := config.ReadFiles(a.files)
+		if err != nil {
+			return err
+		}
+		cfg, warnings, err := config.Load(sources)
+		if err != nil {
+			return err
+		}
+		a.apply(cfg, warnings)
+		return nil
+	})
 }
 
 // UpdateConfig validates an uploaded amphora-agent.conf together with any

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
@@ -275,7 +276,19 @@ func TestUpdateConfig(t *testing.T) {
 	if err := os.WriteFile(f.conf, original, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.a.Reload(); err != nil {
+	// While another mutation runs, SIGHUP waits its turn (here: gives up
+	// waiting) instead of slipping a configuration in under it.
+	held, free := make(chan struct{}), make(chan struct{})
+	go f.a.Exclusive(context.Background(), func(context.Context) error { close(held); <-free; return nil })
+	<-held
+	busy, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err = f.a.Reload(busy)
+	cancel()
+	if fe, ok := fault.As(err); !ok || fe.Message != "Agent busy" || !f.a.Config().ActiveStandby() || len(seen) != 1 {
+		t.Fatalf("SIGHUP during a mutation: %v; applied %d", err, len(seen))
+	}
+	close(free)
+	if err := f.a.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if f.a.Config().ActiveStandby() || len(seen) != 2 {

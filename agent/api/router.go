@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -139,13 +140,20 @@ func (s *server) read(h handler) http.Handler {
 }
 
 // mutate wraps a handler that changes state: it holds the agent's mutation
-// lock, so concurrent controller flows never interleave.
+// lock, so concurrent controller flows never interleave. The body is read
+// first, before the lock: a slow uploader holds up nobody else.
 func (s *server) mutate(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.Budget)
 		defer cancel()
 		r = r.WithContext(ctx)
-		err := s.svc.Exclusive(ctx, func(ctx context.Context) error {
+		body, err := s.readBody(w, r)
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		err = s.svc.Exclusive(ctx, func(ctx context.Context) error {
 			return h(w, r.WithContext(ctx))
 		})
 		if err != nil {
@@ -159,6 +167,24 @@ func (s *server) mutate(h handler) http.Handler {
 // answer; closing the connection early would look like a network error,
 // which the controller retries for minutes instead of reporting the 400.
 const drainLimit = 1 << 30
+
+// readBody reads the request body within the request's budget (a read
+// deadline on the connection, so a stalled uploader is cut off).
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	deadline, ok := r.Context().Deadline()
+	if !ok {
+		return s.body(r)
+	}
+	// Not every ResponseWriter supports deadlines (test recorders).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	data, err := s.body(r)
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	// On failure the deadline stays: draining a stalled body ends with it.
+	return data, err
+}
 
 // body reads the whole request body as opaque bytes, up to the upload
 // limit. Content-Type and encoding are ignored, as upstream does. Too
@@ -232,6 +258,9 @@ func (s *statusRecorder) WriteHeader(code int) {
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {

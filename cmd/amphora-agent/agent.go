@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -91,34 +92,41 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel) error {
+	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level})
+	// Supervision ends with the agent, after the background work; HAProxy
+	// and keepalived keep serving and the next agent adopts them.
+	defer a.Close()
+	// Background work the agent stops and joins before it exits: restore,
+	// heartbeats and configuration reloads.
+	var bg background
+	defer bg.wait(log, shutdownGrace)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level})
 	// The namespace and the plugged ports come back before any load
 	// balancer starts; a failure is logged and the API still serves.
 	a.PrepareNetwork(ctx)
 	a.Start(ctx)
-	// Supervision ends with the agent; HAProxy keeps serving and the next
-	// agent adopts it.
-	defer a.Close()
 	// Load balancers come back in the background so the API answers at
 	// once; controller mutations wait for the restore's lock.
-	go func() {
-		if err := a.RestoreLoadBalancers(ctx); err != nil {
-			log.Error("restoring load balancers", zap.Error(err))
+	bg.start("restore", func() error {
+		lbErr := a.RestoreLoadBalancers(ctx)
+		if lbErr != nil {
+			log.Error("restoring load balancers", zap.Error(lbErr))
 		}
 		// keepalived last: its check tracks the load balancers.
-		if err := a.RestoreVRRP(ctx); err != nil {
-			log.Error("restoring keepalived", zap.Error(err))
+		vrrpErr := a.RestoreVRRP(ctx)
+		if vrrpErr != nil {
+			log.Error("restoring keepalived", zap.Error(vrrpErr))
 		}
-	}()
+		return errors.Join(lbErr, vrrpErr)
+	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
 	heartbeat := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
 	a.OnConfig(heartbeat.SetConfig)
 	a.OnLoadBalancerGone(heartbeat.Forget)
-	go heartbeat.Run(ctx)
+	bg.start("heartbeat", func() error { return heartbeat.Run(ctx) })
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
 	if err != nil {
@@ -159,12 +167,20 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 			return err
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if err := a.Reload(); err != nil {
-					log.Error("configuration reload failed; keeping the current configuration", zap.Error(err))
-				}
+				// Off the signal loop: it waits for the mutation lock.
+				bg.start("configuration reload", func() error {
+					rctx, cancel := context.WithTimeout(ctx, reloadWait)
+					defer cancel()
+					if err := a.Reload(rctx); err != nil {
+						log.Error("configuration reload failed; keeping the current configuration", zap.Error(err))
+					}
+					return nil
+				})
 				continue
 			}
 			log.Info("shutting down", zap.String("signal", sig.String()))
+			// Requests in flight finish first; then the background work is
+			// stopped and joined (deferred above). Daemons keep running.
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 			err := srv.Shutdown(sctx)
 			cancel()
@@ -173,5 +189,46 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 			}
 			return nil
 		}
+	}
+}
+
+// reloadWait bounds how long a SIGHUP waits for a mutation in progress.
+const reloadWait = time.Minute
+
+// background tracks the agent's goroutines so that shutdown can stop and
+// join them and log how each ended.
+type background struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+func (b *background) start(name string, fn func() error) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
+			b.mu.Lock()
+			b.errs = append(b.errs, fmt.Errorf("%s: %w", name, err))
+			b.mu.Unlock()
+		}
+	}()
+}
+
+// wait joins the background work, giving up after grace.
+func (b *background) wait(log *zap.Logger, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		b.mu.Lock()
+		err := errors.Join(b.errs...)
+		b.mu.Unlock()
+		if err != nil {
+			log.Warn("background work ended with errors", zap.Error(err))
+		}
+		log.Info("agent stopped; HAProxy and keepalived keep running")
+	case <-time.After(grace):
+		log.Error("background work did not stop in time", zap.Duration("waited", grace))
 	}
 }

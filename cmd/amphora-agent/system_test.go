@@ -273,8 +273,15 @@ func TestGracefulShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent did not stop on SIGTERM")
 	}
-	if !strings.Contains(e.Output(), "shutting down") {
-		t.Fatalf("no shutdown log:\n%s", e.Output())
+	// The server drains first, then the heartbeat loop and the restore
+	// are stopped and joined, in that order.
+	out, at := e.Output(), -1
+	for _, step := range []string{"shutting down", "heartbeat sender stopped", "agent stopped; HAProxy and keepalived keep running"} {
+		i := strings.Index(out, step)
+		if i < 0 || i < at {
+			t.Fatalf("shutdown step %q missing or out of order:\n%s", step, out)
+		}
+		at = i
 	}
 }
 
