@@ -11,41 +11,11 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
-	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
-// masters counts the HAProxy masters running lb1's config, whoever
-// started them. Workers are forks with the same command line: a master is
-// one whose parent is not of them.
 func masters(t *testing.T, st *Store) int {
-	t.Helper()
-	sock := st.Layout.MasterSocketPath("lb1")
-	entries, _ := os.ReadDir("/proc")
-	parents := map[int]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args, err := procwatch.Cmdline("/proc", pid)
-		if err != nil || !procwatch.ArgAfter(args, "-S", func(v string) bool { return strings.HasPrefix(v, sock) }) {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		parents[pid], _ = strconv.Atoi(fields[1])
-	}
-	n := 0
-	for _, ppid := range parents {
-		if _, forked := parents[ppid]; !forked {
-			n++
-		}
-	}
-	return n
+	return haproxytest.Masters(st.Layout.MasterSocketPath("lb1"))
 }
 
 func cancelled() context.Context {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -272,4 +273,40 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Masters counts the HAProxy masters running with master CLI socket sock,
+// whoever started them. Workers are forks with the same command line: a
+// master is one whose parent is not one of them.
+func Masters(sock string) int {
+	entries, _ := os.ReadDir("/proc")
+	parents := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !slices.ContainsFunc(strings.Split(string(cmdline), "\x00"), func(a string) bool {
+			return a == sock || strings.HasPrefix(a, sock+",")
+		}) {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 {
+			parents[pid], _ = strconv.Atoi(fields[1])
+		}
+	}
+	n := 0
+	for _, ppid := range parents {
+		if _, forked := parents[ppid]; !forked {
+			n++
+		}
+	}
+	return n
 }
