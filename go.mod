@@ -3,6 +3,7 @@ module github.com/amphora-agent/amphora-agent
 go 1.26.8
 
 require (
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/gorilla/mux v1.8.1
 	github.com/spf13/viper v1.21.0
 	github.com/vishvananda/netlink v1.3.1

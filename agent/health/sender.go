@@ -49,6 +49,11 @@ type Sender struct {
 	cfg     atomic.Pointer[config.Config]
 	changed chan struct{}
 
+	// lastCycle is when Run last finished a cycle, for a watchdog to tell
+	// a slow loop from a stuck one; a time.Time keeps the monotonic
+	// reading, so a clock step at boot does not look like a stall.
+	lastCycle atomic.Pointer[time.Time]
+
 	// Used by the loop goroutine only.
 	builder  *Builder
 	enc      Encoder
@@ -121,6 +126,7 @@ func (s *Sender) Run(ctx context.Context) error {
 	for {
 		s.Cycle(ctx)
 		end := time.Now()
+		s.lastCycle.Store(&end)
 		for {
 			wait := time.Until(end.Add(interval(s.cfg.Load())))
 			timer := time.NewTimer(wait)
@@ -137,6 +143,15 @@ func (s *Sender) Run(ctx context.Context) error {
 			break
 		}
 	}
+}
+
+// LastCycle is when Run last finished a cycle, sent or not (zero before
+// the first). May be called from any goroutine.
+func (s *Sender) LastCycle() time.Time {
+	if t := s.lastCycle.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
 }
 
 func interval(cfg *config.Config) time.Duration {

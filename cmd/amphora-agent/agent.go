@@ -103,35 +103,53 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
+	heartbeat := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
+	a.OnConfig(heartbeat.SetConfig)
+	a.OnLoadBalancerGone(heartbeat.Forget)
+
+	// systemd (Type=notify) hears the restore's progress, READY=1 once the
+	// API serves the restored state, and watchdog pings while the agent's
+	// loops are live. Without NOTIFY_SOCKET nothing is sent.
+	sd := newServiceManager(sdNotify{}, log.Named("systemd"))
+	live := &liveness{now: time.Now, interval: func() time.Duration { return a.Config().HeartbeatInterval },
+		lastCycle: heartbeat.LastCycle}
+	if timeout := watchdogTimeout(log); timeout > 0 {
+		bg.start("watchdog", func() error { sd.Watchdog(ctx, timeout, live.check); return nil })
+	}
+
 	// The namespace and the plugged ports come back before any load
 	// balancer starts; a failure is logged and the API still serves.
-	a.PrepareNetwork(ctx)
+	sd.Status("restoring network namespace")
+	netErr := a.PrepareNetwork(ctx)
 	a.Start(ctx)
 	// Load balancers come back in the background so the API answers at
 	// once; controller mutations wait for the restore's lock.
+	restored := make(chan error, 1)
 	bg.start("restore", func() error {
+		sd.Status("restoring load balancers")
 		lbErr := a.RestoreLoadBalancers(ctx)
 		if lbErr != nil {
 			log.Error("restoring load balancers", zap.Error(lbErr))
 		}
 		// keepalived last: its check tracks the load balancers.
+		sd.Status("restoring keepalived")
 		vrrpErr := a.RestoreVRRP(ctx)
 		if vrrpErr != nil {
 			log.Error("restoring keepalived", zap.Error(vrrpErr))
 		}
+		restored <- errors.Join(netErr, lbErr, vrrpErr)
 		return errors.Join(lbErr, vrrpErr)
 	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
-	heartbeat := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
-	a.OnConfig(heartbeat.SetConfig)
-	a.OnLoadBalancerGone(heartbeat.Forget)
+	live.heartbeatStarted(time.Now())
 	bg.start("heartbeat", func() error { return heartbeat.Run(ctx) })
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
 	if err != nil {
 		return fmt.Errorf("TLS: %w", err)
 	}
+	serving := make(chan struct{})
 	handler := api.NewHandler(a, log.Named("api"), api.Options{
 		UploadLimit: func() int64 { return a.Config().MaxUploadBytes },
 		Budget:      min(api.DefaultBudget, cfg.RequestReadTimeout),
@@ -145,6 +163,9 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
+		// Serve calls this once, right before its accept loop: from then
+		// on the API answers.
+		BaseContext: func(net.Listener) context.Context { close(serving); return context.Background() },
 	}
 	// "::" listens on both families, as upstream's default bind_host does.
 	ln, err := net.Listen("tcp", cfg.ListenAddress())
@@ -156,7 +177,29 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		zap.Strings("config_files", files))
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	go func() {
+		err := srv.ServeTLS(ln, "", "")
+		live.apiEnded.Store(true)
+		errc <- err
+	}()
+	// READY=1 waits for the restore to end and the API to serve; restore
+	// errors go in its STATUS and do not hold it back, since the
+	// controller needs the API to repair or fail the amphora over.
+	bg.start("readiness", func() error {
+		var restoreErr error
+		select {
+		case restoreErr = <-restored:
+		case <-ctx.Done():
+			return nil
+		}
+		select {
+		case <-serving:
+		case <-ctx.Done():
+			return nil
+		}
+		sd.Ready(readyStatus(a.Config().BasePath, restoreErr))
+		return nil
+	})
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -179,6 +222,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 				continue
 			}
 			log.Info("shutting down", zap.String("signal", sig.String()))
+			sd.Stopping()
 			// Requests in flight finish first; then the background work is
 			// stopped and joined (deferred above). Daemons keep running.
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)

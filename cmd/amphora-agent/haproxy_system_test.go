@@ -344,17 +344,23 @@ func TestHAProxySurvivesAgentRestart(t *testing.T) {
 	}
 }
 
+// reboot stops the agent and kills HAProxy, as a reboot would.
+func (f *lbFixture) reboot() {
+	f.t.Helper()
+	f.env.Stop()
+	f.hap.kill()
+	testenv.WaitFor(f.t, 5*time.Second, "HAProxy gone", func() bool {
+		_, err := f.get(f.lb.HTTPClient(false))
+		return err != nil
+	})
+}
+
 // TestHAProxyRestoredAfterReboot: the agent and every HAProxy are gone (a
 // reboot); the new agent starts the load balancer without any call.
 func TestHAProxyRestoredAfterReboot(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
-	f.env.Stop()
-	f.hap.kill()
-	testenv.WaitFor(t, 5*time.Second, "HAProxy gone", func() bool {
-		_, err := f.get(f.lb.HTTPClient(false))
-		return err != nil
-	})
+	f.reboot()
 	f.env.Start()
 	took := f.waitServing("the load balancer restored at start-up", "1")
 	t.Logf("serving again %v after the agent started", took.Round(time.Millisecond))

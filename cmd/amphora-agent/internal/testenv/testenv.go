@@ -78,6 +78,8 @@ type Env struct {
 	Port       int
 	// Extra is appended to the rendered config (later values win).
 	Extra string
+	// Env is added to the agent's environment (NOTIFY_SOCKET=..., say).
+	Env []string
 
 	namespace string
 
@@ -198,6 +200,7 @@ func (e *Env) Start() {
 	e.out = &SyncBuffer{}
 	e.cmd = exec.Command(Binary(t), "--config-file", e.ConfigPath)
 	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
+	e.cmd.Env = append(withoutServiceManager(os.Environ()), e.Env...)
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +226,22 @@ func (e *Env) Start() {
 	}
 }
 
+// withoutServiceManager drops systemd's notify and watchdog variables: an
+// agent under test must not talk to the service manager that runs the
+// tests, only to what a test passes in Env.
+func withoutServiceManager(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 // Stop terminates the agent (SIGTERM, then SIGKILL after 10 s).
 func (e *Env) Stop() {
 	if e.cmd == nil || e.cmd.Process == nil {
@@ -244,6 +263,9 @@ func (e *Env) Stop() {
 
 // Signal sends sig to the running agent.
 func (e *Env) Signal(sig os.Signal) error { return e.cmd.Process.Signal(sig) }
+
+// Pid is the running agent's process id.
+func (e *Env) Pid() int { return e.cmd.Process.Pid }
 
 // Exited reports whether the agent process has ended.
 func (e *Env) Exited() <-chan struct{} { return e.done }
