@@ -17,6 +17,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
 // Runner runs a command to completion and returns its combined output.
@@ -30,15 +31,8 @@ type ExecRunner struct{}
 
 func (ExecRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = childEnv()
+	cmd.Env = procwatch.CleanEnv()
 	return cmd.CombinedOutput()
-}
-
-// childEnv is the environment HAProxy runs with: a plain PATH, and nothing
-// inherited from the agent's service manager (NOTIFY_SOCKET in particular,
-// which would let HAProxy's -Ws mode talk to the agent's systemd unit).
-func childEnv() []string {
-	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 }
 
 // Store keeps each load balancer's files under base_path: the config the

@@ -284,7 +284,6 @@ func (in *instance) command() (*exec.Cmd, error) {
 	args := append([]string{"-Ws", "-S", l.MasterSocketPath(in.lb) + ",mode,600", "-p", l.PidPath(in.lb)},
 		st.configArgs(in.lb, state.Peer)...)
 	cmd := exec.Command(st.HAProxyCmd, args...)
-	cmd.Env = childEnv()
 	cmd.Dir = l.Dir(in.lb)
 	return cmd, nil
 }

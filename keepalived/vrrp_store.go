@@ -16,6 +16,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
@@ -144,6 +145,7 @@ func Test(cmdPath, namespace string) Validator {
 		var out bytes.Buffer
 		cmd := exec.CommandContext(ctx, cmdPath, "-t", "-f", path)
 		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Env = procwatch.CleanEnv()
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := netns.StartIn(namespace, cmd); err != nil {
 			return err.Error(), err

@@ -255,6 +255,9 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if cmd.Env == nil {
+		cmd.Env = CleanEnv()
+	}
 	logFile, err := openLog(s.LogPath)
 	if err != nil {
 		return err
@@ -285,6 +288,14 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 	s.Log.Info(s.Name+" started", zap.Int("pid", proc.Pid))
 	d.follow(proc)
 	return nil
+}
+
+// CleanEnv is the environment daemons and their checks run with: a plain
+// PATH and nothing inherited from the agent's service manager
+// (NOTIFY_SOCKET in particular, which would let HAProxy's -Ws mode or
+// keepalived talk to the agent's systemd unit).
+func CleanEnv() []string {
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 }
 
 func withOutput(err error, out string) error {
