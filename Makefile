@@ -7,8 +7,9 @@ BIN := bin/amphora-agent
 STATE ?= .state
 PORT ?= 9443
 
-# Debian packages the system and interop tiers drive for real.
-TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia
+# Debian packages the system and interop tiers drive for real; mmdebstrap
+# makes the chroot the package is installed in.
+TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia mmdebstrap
 
 .PHONY: build deb run test test-unit test-system test-interop deps vet bench clean
 
