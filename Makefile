@@ -7,13 +7,18 @@ BIN := bin/amphora-agent
 STATE ?= .state
 PORT ?= 9443
 
-# Debian packages the system and interop tiers drive for real.
-TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia
+# Debian packages the system and interop tiers drive for real; mmdebstrap
+# makes the chroot the package is installed in.
+TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia mmdebstrap
 
-.PHONY: build run test test-unit test-system test-interop deps vet bench clean
+.PHONY: build deb run test test-unit test-system test-interop deps vet bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
+
+# bin/amphora-agent_<version>_amd64.deb for Debian bookworm; see README.md.
+deb: build
+	cmd/amphora-agent/deb/build.sh $(BIN) '$(VERSION)' bin
 
 bin/amphora-devenv: $(shell find cmd/amphora-devenv certs agent/fsutil -name '*.go')
 	$(GO) build -o $@ ./cmd/amphora-devenv
