@@ -175,6 +175,7 @@ func checkDebContents(t *testing.T, deb string) {
 	want := map[string]debEntry{
 		"/usr/local/bin/amphora-agent":                             {mode: "-rwxr-xr-x"},
 		debUnitDir + "/" + debUnit:                                 {mode: "-rw-r--r--"},
+		debUnitDir + "/amphora-config-drive.service":               {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/copyright":                   {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/examples/amphora-agent.conf": {mode: "-rw-r--r--"},
 	}

@@ -30,6 +30,7 @@ type subcommand struct {
 var subcommands = map[string]subcommand{
 	"interface":          {summary: "up|down <name|all>: apply or remove interface files in the namespace", run: runInterface},
 	"haproxy-vrrp-check": {summary: "<stats socket>...: keepalived's HAProxy health check", run: runVRRPCheck},
+	"config-drive":       {summary: "write the files of Nova's config drive (once per instance)", run: runConfigDrive},
 }
 
 // aliases are the names image scripts call: a symlink with one of these

@@ -73,6 +73,7 @@ for name in amphora-interface haproxy-vrrp-check; do
 	ln -s amphora-agent "$stage/usr/local/bin/$name"
 done
 install -D -m 0644 "$unit" "$stage/lib/systemd/system/amphora-agent.service"
+install -D -m 0644 "$(dirname "$unit")/amphora-config-drive.service" "$stage/lib/systemd/system/amphora-config-drive.service"
 doc=$stage/usr/share/doc/amphora-agent
 install -D -m 0644 "$here/copyright" "$doc/copyright"
 install -D -m 0644 "$here/amphora-agent.conf" "$doc/examples/amphora-agent.conf"
