@@ -38,7 +38,7 @@ deps:
 
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags 'system interop bench' ./...
+	$(GO) vet -tags 'system interop bench vm' ./...
 
 test: deps vet build test-unit test-system test-interop
 
@@ -50,6 +50,13 @@ test-system: build
 
 test-interop: build
 	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run Interop ./...
+
+# Amphora VMs under QEMU (TCG here): the base image is built once and
+# cached by its inputs (cmd/amphora-agent/image/build.sh); the package
+# under test is installed at boot.
+test-vm: deb
+	AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
+		$(GO) test -count=1 -tags vm -p 1 -timeout 25m -run VM -v ./cmd/amphora-agent/ 2>&1 | grep -v '^=== ' ; exit $${PIPESTATUS[0]}
 
 # Speed and memory figures, printed, never asserted: the cost of one
 # heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed

@@ -58,7 +58,8 @@ func runConfigDrive(args []string, stdout, stderr io.Writer) int {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	mnt, err := os.MkdirTemp("", "config-drive-")
+	// /run: early in boot /tmp may not be mounted yet.
+	mnt, err := os.MkdirTemp("/run", "config-drive-")
 	if err != nil {
 		fmt.Fprintln(stderr, "config-drive:", err)
 		return 1

@@ -1,4 +1,4 @@
-//go:build interop
+//go:build interop || vm
 
 // The HAProxy part of the interop tier: the real controller driver
 // (python3-octavia's HaproxyAmphoraLoadBalancerDriver and its

@@ -1,4 +1,4 @@
-//go:build system || interop
+//go:build system || interop || vm
 
 package main
 

@@ -1,4 +1,4 @@
-//go:build interop
+//go:build interop || vm
 
 // The interop tier: the real agent binary driven by the real Octavia
 // controller client (Debian's python3-octavia, AmphoraAPIClient1_0) through

@@ -1,4 +1,4 @@
-//go:build interop
+//go:build interop || vm
 
 package main
 

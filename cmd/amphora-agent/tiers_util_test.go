@@ -1,4 +1,4 @@
-//go:build system || interop
+//go:build system || interop || vm
 
 // Helpers the system and interop tiers share: the namespaces and NICs an
 // agent runs with, the HAProxy masters a test must stop, and requests to

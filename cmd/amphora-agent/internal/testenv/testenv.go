@@ -271,7 +271,12 @@ func (e *Env) Pid() int { return e.cmd.Process.Pid }
 func (e *Env) Exited() <-chan struct{} { return e.done }
 
 // Output is what the agent logged so far.
-func (e *Env) Output() string { return e.out.String() }
+func (e *Env) Output() string {
+	if e.out == nil {
+		return "(the agent runs elsewhere)"
+	}
+	return e.out.String()
+}
 
 // Addr is the API address.
 func (e *Env) Addr() string { return net.JoinHostPort("127.0.0.1", fmt.Sprint(e.Port)) }

@@ -69,7 +69,7 @@ def main():
                                     ip_address=spec['member_ip'],
                                     subnet=member_subnet)])
     absent_port = n_models.Port(
-        id='absent-port', mac_address=spec['absent_mac'],
+        id='absent-port', mac_address=spec.get('absent_mac'),
         network=member_port.network, network_id=member_port.network_id,
         fixed_ips=[])
 
@@ -120,9 +120,11 @@ def main():
         call('get_interface_from_ip_' + key,
              lambda ip=ip: drv.get_interface_from_ip(amp, ip))
     # A port Nova has not hot-plugged: the agent's 404 makes the client
-    # retry until its attempts run out.
-    call('post_network_plug_absent',
-         lambda: drv.post_network_plug(amp, absent_port, amp_config))
+    # retry until its attempts run out (left out when the spec has no
+    # absent_mac: the VM tier only plugs).
+    if spec.get('absent_mac'):
+        call('post_network_plug_absent',
+             lambda: drv.post_network_plug(amp, absent_port, amp_config))
 
     octavia_controller.emit(result_out, results)
     return 0

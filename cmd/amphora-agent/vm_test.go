@@ -1,0 +1,500 @@
+//go:build vm
+
+// The VM tier: amphora VMs booted under QEMU from the Debian image
+// (image/build.sh), with the agent's package installed and started by
+// systemd, driven from the host.
+//
+//	make test-vm   (or: go test -tags vm -p 1 -run VM ./cmd/amphora-agent/)
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/vm"
+)
+
+const (
+	vmBootWait  = 5 * time.Minute
+	vmHeartbeat = 2 // seconds between heartbeats in the VM tier
+	vmKey       = "vm-tier-key"
+)
+
+// vmPackage is the .deb under test (make test-vm builds it).
+func vmPackage(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("AMPHORA_AGENT_DEB"); p != "" {
+		return p
+	}
+	matches, _ := filepath.Glob(filepath.Join("..", "..", "bin", "amphora-agent_*.deb"))
+	if len(matches) == 0 {
+		t.Fatal("no agent package: run `make deb` (make test-vm does) or set AMPHORA_AGENT_DEB")
+	}
+	newest := matches[0]
+	for _, m := range matches[1:] {
+		a, _ := os.Stat(m)
+		b, _ := os.Stat(newest)
+		if a.ModTime().After(b.ModTime()) {
+			newest = m
+		}
+	}
+	return newest
+}
+
+// amphora is one VM with its agent and the controller's view of it.
+type amphora struct {
+	*vm.VM
+	env *testenv.Env // the controller's certificates and the API address
+	hb  *hbReceiver
+}
+
+// vmConfig renders amphora-agent.conf as the controller does for a real
+// amphora: default paths, the API on every address, heartbeats to the
+// host through QEMU's gateway.
+func vmConfig(env *testenv.Env, hbPort int, topology string) string {
+	return fmt.Sprintf(`[DEFAULT]
+debug = False
+
+[haproxy_amphora]
+base_cert_dir = /var/lib/octavia/certs
+base_path = /var/lib/octavia
+bind_host = ::
+bind_port = 9443
+haproxy_cmd = /usr/sbin/haproxy
+respawn_count = 2
+respawn_interval = 2
+use_upstart = True
+
+[health_manager]
+controller_ip_port_list = %s:%d
+heartbeat_interval = %d
+heartbeat_key = %s
+
+[amphora_agent]
+agent_server_ca = /etc/octavia/certs/client_ca.pem
+agent_server_cert = /etc/octavia/certs/server.pem
+agent_server_network_dir = /etc/octavia/interfaces
+agent_request_read_timeout = 180
+amphora_id = %s
+amphora_udp_driver = keepalived_lvs
+agent_tls_protocol = TLSv1.2
+administrative_log_facility = 1
+user_log_facility = 0
+
+[controller_worker]
+loadbalancer_topology = %s
+`, vm.GatewayIP, hbPort, vmHeartbeat, vmKey, env.AmphoraID, topology)
+}
+
+func bootAmphora(t *testing.T, name, topology string) *amphora {
+	t.Helper()
+	img := vm.BuildImage(t)
+	t.Logf("%s; accelerator %s", img.Info, vm.Accel(img))
+	env := testenv.New(t)
+	hb := newHBReceiver(t)
+	server, _ := os.ReadFile(env.ServerCert)
+	ca, _ := os.ReadFile(env.CAFile)
+	_, port, _ := strings.Cut(hb.addr(), ":")
+	hbPort, _ := strconv.Atoi(port)
+	v := vm.Start(t, img, vm.Options{
+		Name:       name,
+		Package:    vmPackage(t),
+		InstanceID: env.AmphoraID,
+		Files: map[string][]byte{
+			"/etc/octavia/amphora-agent.conf":  []byte(vmConfig(env, hbPort, topology)),
+			"/etc/octavia/certs/server.pem":    server,
+			"/etc/octavia/certs/client_ca.pem": ca,
+		},
+	})
+	env.Port = v.APIPort
+	a := &amphora{VM: v, env: env, hb: hb}
+	start := time.Now()
+	v.WaitGuest(vmBootWait)
+	a.waitActive(vmBootWait - time.Since(start))
+	t.Logf("%s: agent active %v after power-on", name, time.Since(start).Round(time.Second))
+	return a
+}
+
+// waitActive waits until systemd reports the agent's unit active: with
+// Type=notify that is only after READY=1.
+func (a *amphora) waitActive(timeout time.Duration) {
+	a.WaitFor(timeout, "amphora-agent.service active",
+		`[ "$(systemctl is-active amphora-agent.service)" = active ] || {
+			journalctl -b --no-pager -u amphora-test-package -u amphora-config-drive -u amphora-agent | tail -25; exit 1; }`)
+}
+
+// unitShow returns properties of the agent's unit.
+func (a *amphora) unitShow(props ...string) map[string]string {
+	out := a.MustExec("systemctl show amphora-agent.service -p " + strings.Join(props, ","))
+	m := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// journalMonotonic is the monotonic time (µs) of the first journal line
+// of the agent's unit containing text.
+func (a *amphora) journalMonotonic(text string) int64 {
+	out := a.MustExec("journalctl -u amphora-agent.service -o json --no-pager")
+	for _, line := range strings.Split(out, "\n") {
+		var e struct {
+			Message   any    `json:"MESSAGE"`
+			Monotonic string `json:"__MONOTONIC_TIMESTAMP"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		if msg, ok := e.Message.(string); ok && strings.Contains(msg, text) {
+			n, _ := strconv.ParseInt(e.Monotonic, 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+// realHMUnwrap runs the health manager's own envelope code on a datagram.
+func realHMUnwrap(t *testing.T, datagram []byte, key string) map[string]any {
+	t.Helper()
+	requireOctavia(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, debianPython, "-c", `import binascii, json, sys
+from octavia.amphorae.backends.health_daemon import status_message
+print(json.dumps(status_message.unwrap_envelope(binascii.unhexlify(sys.argv[1]), sys.argv[2])))`,
+		hex.EncodeToString(datagram), key)
+	cmd.Env = pythonEnv()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the health manager's unwrap_envelope refused the heartbeat: %v", err)
+	}
+	var msg map[string]any
+	if err := json.Unmarshal(out, &msg); err != nil {
+		t.Fatalf("unwrap_envelope printed %q: %v", out, err)
+	}
+	return msg
+}
+
+// vmNet is the data plane on the host side: a client namespace on the
+// VIP network and a member namespace with an HTTP server, each behind a
+// tap device hot-plugged into the VM.
+type vmNet struct {
+	client, member    *topo.Namespace
+	vipMAC, memberMAC string
+	vipTap, memberTap string
+	server            *topo.Server
+}
+
+const (
+	vmVIP        = "203.0.113.10"
+	vmVRRP       = "203.0.113.4"
+	vmClientIP   = "203.0.113.1"
+	vmMemberIP   = "198.51.100.20" // the amphora's address on the member network
+	vmServerIP   = "198.51.100.1"
+	vmServerPort = 8080
+)
+
+// newTap makes a tap device in the host's namespace for QEMU to attach;
+// attach moves it into ns afterwards.
+func newTap(t *testing.T) string {
+	t.Helper()
+	name := topo.UniqueName("aatap")
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	if out, err := exec.Command("ip", "tuntap", "add", "dev", name, "mode", "tap").CombinedOutput(); err != nil {
+		t.Fatalf("tap %s: %v %s", name, err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "delete", name).Run() })
+	return name
+}
+
+// plugTap hot-plugs tap into the VM as a NIC with mac, as Nova attaches a
+// port, then moves the host side into ns with addrs.
+func plugTap(t *testing.T, v *vm.VM, tap, mac string, ns *topo.Namespace, addrs ...string) {
+	t.Helper()
+	if err := v.HotplugNIC(tap, mac); err != nil {
+		t.Fatalf("hot-plug %s: %v", mac, err)
+	}
+	ip := func(args ...string) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("link", "set", tap, "netns", ns.Name)
+	for _, a := range addrs {
+		ip("-n", ns.Name, "addr", "add", a, "dev", tap)
+	}
+	ip("-n", ns.Name, "link", "set", tap, "up")
+}
+
+// plugDataPlane builds the host side, hot-plugs both NICs and has the
+// controller's own driver code plug them (VIP, then the member network).
+func plugDataPlane(t *testing.T, a *amphora) *vmNet {
+	t.Helper()
+	topo.RequireRoot(t)
+	n := &vmNet{client: topo.NewNamespace(t, "aavc"), member: topo.NewNamespace(t, "aavm"),
+		vipMAC: topo.UniqueMAC(), memberMAC: topo.UniqueMAC(), vipTap: newTap(t), memberTap: newTap(t)}
+	plugTap(t, a.VM, n.vipTap, n.vipMAC, n.client, vmClientIP+"/24")
+	plugTap(t, a.VM, n.memberTap, n.memberMAC, n.member, vmServerIP+"/24")
+	n.server = n.member.ServeHTTP(t, fmt.Sprintf("%s:%d", vmServerIP, vmServerPort), topo.MemberHandler("member-1"))
+	// The NICs show up inside the VM (PCI hot-plug, as with Nova).
+	a.WaitFor(time.Minute, "both hot-plugged NICs in the VM",
+		fmt.Sprintf("ip -br link | grep -qi %s && ip -br link | grep -qi %s", n.vipMAC, n.memberMAC))
+
+	spec := map[string]any{
+		"amphora_id": a.env.AmphoraID, "client_cert": a.env.ClientCert, "server_ca": a.env.CAFile, "port": a.env.Port,
+		"topology": "SINGLE", "vip": vmVIP, "vrrp_ip": vmVRRP, "vip_mac": n.vipMAC, "vip_mtu": 1500,
+		"vip_subnet": map[string]any{"id": "vip-subnet", "network_id": "vip-net", "cidr": "203.0.113.0/24",
+			"gateway": vmClientIP, "ip_version": 4, "host_routes": []any{}},
+		"additional_vips": []any{},
+		"member_subnet": map[string]any{"id": "member-subnet", "network_id": "member-net", "cidr": "198.51.100.0/24",
+			"gateway": nil, "ip_version": 4, "host_routes": []any{}},
+		"member_mac": n.memberMAC, "member_ip": vmMemberIP, "member_mtu": 1500,
+		"unknown_ip": "192.0.2.77",
+	}
+	work := t.TempDir()
+	specFile := filepath.Join(work, "spec.json")
+	data, _ := json.Marshal(spec)
+	if err := os.WriteFile(specFile, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, _ := runControllerScript(t, a.env, testdataScript(t, "network", "controller_network.py"), "--spec", specFile, "--workdir", work)
+	var report map[string]netCall
+	if err := json.Unmarshal(stdout, &report); err != nil {
+		t.Fatalf("controller script printed no report: %v\n%s\n%s", err, stdout, stderr)
+	}
+	for _, name := range []string{"post_vip_plug", "post_network_plug"} {
+		if c, ok := report[name]; !ok || c.Raised != nil {
+			t.Fatalf("%s raised %s: %s", name, deref(c.Raised), c.Error)
+		}
+	}
+	if c := report["get_interface_from_ip_vip"]; c.Returned != "eth1" {
+		t.Fatalf("the controller found the VIP on %v (%s), want eth1", c.Returned, c.Error)
+	}
+	return n
+}
+
+// startLB has the controller's driver render (Octavia's own templates),
+// upload and start an HTTP load balancer on the VIP.
+func startLB(t *testing.T, a *amphora) *hapController {
+	t.Helper()
+	args := []string{
+		"--amphora-id", a.env.AmphoraID, "--lb-network-ip", "127.0.0.1", "--port", strconv.Itoa(a.env.Port),
+		"--client-cert", a.env.ClientCert, "--server-ca", a.env.CAFile, "--workdir", t.TempDir(),
+		"--base-path", "/var/lib/octavia", "--base-cert-dir", "/var/lib/octavia/certs",
+		"--lb-id", hapLB, "--listener-id", hapListener, "--pool-id", hapPool,
+		"--vip", vmVIP, "--listener-port", "80", "--connection-limit", strconv.Itoa(hapConnLimit),
+		"--cert-id", hapCert,
+		"--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[0], vmServerIP, vmServerPort),
+	}
+	ctl, _ := startHAPController(t, a.env, args...)
+	ctl.run("create", nil)
+	ctl.run("start", nil)
+	return ctl
+}
+
+// traffic sends requests through the VIP from the client namespace until
+// stopped, counting failures. Bounded: at most limit requests.
+type traffic struct {
+	ok, failed atomic.Int64
+	lastErr    atomic.Value
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func startTraffic(t *testing.T, n *vmNet, limit int) *traffic {
+	tr := &traffic{stop: make(chan struct{}), done: make(chan struct{})}
+	c := n.client.HTTPClient(false)
+	c.Timeout = 5 * time.Second
+	go func() {
+		defer close(tr.done)
+		for i := 0; i < limit; i++ {
+			select {
+			case <-tr.stop:
+				return
+			default:
+			}
+			if _, err := getMember(c, "http://"+vmVIP+"/", "X-Member"); err != nil {
+				tr.failed.Add(1)
+				tr.lastErr.Store(err.Error())
+			} else {
+				tr.ok.Add(1)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(tr.halt)
+	return tr
+}
+
+func (tr *traffic) halt() {
+	select {
+	case <-tr.stop:
+	default:
+		close(tr.stop)
+	}
+	<-tr.done
+}
+
+// waitServed waits until the VIP answers from the member.
+func waitServed(t *testing.T, n *vmNet, timeout time.Duration) {
+	t.Helper()
+	c := n.client.HTTPClient(false)
+	c.Timeout = 3 * time.Second
+	var last error
+	testenv.WaitFor(t, timeout, "traffic through the VIP", func() bool {
+		m, err := getMember(c, "http://"+vmVIP+"/", "X-Member")
+		last = err
+		return err == nil && m == "member-1"
+	})
+	_ = last
+}
+
+// mainPID is the agent's pid as systemd knows it.
+func (a *amphora) mainPID() string {
+	return strings.TrimSpace(a.MustExec("systemctl show -p MainPID --value amphora-agent.service"))
+}
+
+func (a *amphora) haproxyMaster() string {
+	return strings.TrimSpace(a.MustExec("cat /var/lib/octavia/" + hapLB + "/" + hapLB + ".pid"))
+}
+
+// waitNewAgent waits until systemd runs an agent other than old, active.
+func (a *amphora) waitNewAgent(old string, timeout time.Duration) string {
+	a.WaitFor(timeout, "a new, active agent",
+		fmt.Sprintf(`pid=$(systemctl show -p MainPID --value amphora-agent.service); [ "$pid" != 0 ] && [ "$pid" != %s ] && [ "$(systemctl is-active amphora-agent.service)" = active ]`, old))
+	return a.mainPID()
+}
+
+// TestVMSingleAmphora: one amphora VM through its life: hot-plugged NICs
+// plugged by the controller's code, a load balancer rendered by Octavia's
+// templates serving traffic, agent restarts and kill -9 under traffic,
+// the watchdog, and a reboot with no controller call afterwards.
+func TestVMSingleAmphora(t *testing.T) {
+	requireOctavia(t)
+	a := bootAmphora(t, "amp-single", "SINGLE")
+	var n *vmNet
+
+	ok := t.Run("boot", func(t *testing.T) {
+		props := a.unitShow("Type", "ActiveState", "SubState", "ActiveEnterTimestampMonotonic", "KillMode", "WatchdogUSec")
+		if props["Type"] != "notify" || props["ActiveState"] != "active" || props["SubState"] != "running" ||
+			props["KillMode"] != "process" || props["WatchdogUSec"] == "0" {
+			t.Fatalf("unit: %v", props)
+		}
+		// Type=notify: the unit turns active only once the agent said
+		// READY=1, which it does after the namespace is restored and the
+		// API listens; a Type=simple unit would be active before both.
+		active, _ := strconv.ParseInt(props["ActiveEnterTimestampMonotonic"], 10, 64)
+		for _, line := range []string{"network namespace ready", "amphora agent listening"} {
+			if at := a.journalMonotonic(line); at < 0 || active < at {
+				t.Fatalf("unit active at %d µs, %q logged at %d µs\n%s", active, line, at,
+					a.MustExec("journalctl -u amphora-agent.service --no-pager | tail -30"))
+			}
+		}
+		if j := a.MustExec("journalctl -u amphora-agent.service -o cat --no-pager"); !strings.Contains(j, `"amphora_id": "`+a.env.AmphoraID+`"`) {
+			t.Fatalf("the journal lacks the agent's structured lines:\n%s", j)
+		}
+		if mode := strings.TrimSpace(a.MustExec("stat -c %a /etc/octavia/certs/server.pem")); mode != "600" {
+			t.Fatalf("server.pem from the config drive has mode %s", mode)
+		}
+		status, _, body := a.env.Do("GET", "/1.0/info", nil)
+		var info map[string]any
+		if status != 200 || json.Unmarshal(body, &info) != nil || info["api_version"] != "1.0" {
+			t.Fatalf("GET /1.0/info: %d %s", status, body)
+		}
+		_, datagram := a.hb.waitFor(time.Minute, vmKey, "a heartbeat from the VM", func(health.Message) bool { return true })
+		if msg := realHMUnwrap(t, datagram, vmKey); msg["id"] != a.env.AmphoraID {
+			t.Fatalf("heartbeat as the health manager reads it: %v", msg)
+		}
+	})
+	if !ok {
+		t.FailNow()
+	}
+
+	// Hot-plug and serve, in the test itself: the namespaces, the member
+	// server and the controller live as long as the VM.
+	n = plugDataPlane(t, a)
+	startLB(t, a)
+	waitServed(t, n, time.Minute)
+	t.Logf("hot-plugged NICs plugged by the controller's driver; a load balancer rendered by Octavia's templates serves:\n%s",
+		a.MustExec("ip -n amphora-haproxy -br addr"))
+
+	t.Run("restart-and-kill-under-traffic", func(t *testing.T) {
+		master := a.haproxyMaster()
+		tr := startTraffic(t, n, 4000)
+		old := a.mainPID()
+		a.MustExec("systemctl restart amphora-agent.service")
+		old = a.waitNewAgent(old, 2*time.Minute)
+		a.MustExec("kill -9 " + old)
+		a.waitNewAgent(old, 2*time.Minute)
+		// Let traffic run a little past the second restart.
+		before := tr.ok.Load()
+		testenv.WaitFor(t, time.Minute, "more answers after the restarts", func() bool { return tr.ok.Load() > before+20 })
+		tr.halt()
+		if f := tr.failed.Load(); f != 0 {
+			t.Fatalf("%d of %d requests failed across the restarts: %v", f, f+tr.ok.Load(), tr.lastErr.Load())
+		}
+		if now := a.haproxyMaster(); now != master {
+			t.Fatalf("HAProxy master %s replaced by %s: not adopted", master, now)
+		}
+		if j := a.MustExec("journalctl -u amphora-agent.service -o cat --no-pager"); !strings.Contains(j, "adopted running HAProxy") {
+			t.Fatal("the restarted agent did not say it adopted HAProxy")
+		}
+		t.Logf("%d requests, none failed, across systemctl restart and kill -9", tr.ok.Load())
+	})
+
+	t.Run("watchdog", func(t *testing.T) {
+		tr := startTraffic(t, n, 4000)
+		old := a.mainPID()
+		a.MustExec("kill -STOP " + old)
+		a.waitNewAgent(old, 3*time.Minute)
+		tr.halt()
+		result := strings.TrimSpace(a.MustExec(`journalctl -u amphora-agent.service --no-pager | grep -c "Watchdog timeout" || true`))
+		if result == "0" {
+			t.Fatalf("the agent was replaced, but not by the watchdog:\n%s", a.MustExec("journalctl -u amphora-agent.service --no-pager | tail -20"))
+		}
+		if f := tr.failed.Load(); f != 0 {
+			t.Fatalf("%d requests failed while the agent was frozen: %v", f, tr.lastErr.Load())
+		}
+	})
+
+	t.Run("reboot", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a.Exec(ctx, "systemctl reboot")
+		cancel()
+		// The guest agent goes away, then comes back with the new boot.
+		testenv.WaitFor(t, time.Minute, "the guest to go down", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			code, out, err := a.Exec(ctx, "cat /proc/sys/kernel/random/boot_id")
+			_ = out
+			return err != nil || code != 0
+		})
+		a.WaitGuest(vmBootWait)
+		a.waitActive(vmBootWait)
+		// No controller call: the agent restored NICs, addresses and HAProxy
+		// before READY=1.
+		addrs := a.MustExec("ip -n amphora-haproxy addr show dev eth1")
+		for _, want := range []string{vmVRRP + "/24", vmVIP + "/32"} {
+			if !strings.Contains(addrs, want) {
+				t.Fatalf("eth1 after reboot lacks %s:\n%s", want, addrs)
+			}
+		}
+		waitServed(t, n, 30*time.Second)
+	})
+}
