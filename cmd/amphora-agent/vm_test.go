@@ -57,8 +57,9 @@ func vmPackage(t *testing.T) string {
 // amphora is one VM with its agent and the controller's view of it.
 type amphora struct {
 	*vm.VM
-	env *testenv.Env // the controller's certificates and the API address
-	hb  *hbReceiver
+	env     *testenv.Env // the controller's certificates and the API address
+	hb      *hbReceiver
+	started time.Time
 }
 
 // vmConfig renders amphora-agent.conf as the controller does for a real
@@ -99,7 +100,9 @@ loadbalancer_topology = %s
 `, vm.GatewayIP, hbPort, vmHeartbeat, vmKey, env.AmphoraID, topology)
 }
 
-func bootAmphora(t *testing.T, name, topology string) *amphora {
+// startAmphora powers on an amphora VM with its package and its files
+// on the config drive; ready waits for its agent.
+func startAmphora(t *testing.T, name, topology string) *amphora {
 	t.Helper()
 	img := vm.BuildImage(t)
 	t.Logf("%s; accelerator %s", img.Info, vm.Accel(img))
@@ -120,11 +123,20 @@ func bootAmphora(t *testing.T, name, topology string) *amphora {
 		},
 	})
 	env.Port = v.APIPort
-	a := &amphora{VM: v, env: env, hb: hb}
-	start := time.Now()
-	v.WaitGuest(vmBootWait)
-	a.waitActive(vmBootWait - time.Since(start))
-	t.Logf("%s: agent active %v after power-on", name, time.Since(start).Round(time.Second))
+	return &amphora{VM: v, env: env, hb: hb, started: time.Now()}
+}
+
+func (a *amphora) ready(t *testing.T) {
+	t.Helper()
+	a.WaitGuest(vmBootWait)
+	a.waitActive(vmBootWait - time.Since(a.started))
+	t.Logf("%s: agent active %v after power-on", a.Name, time.Since(a.started).Round(time.Second))
+}
+
+func bootAmphora(t *testing.T, name, topology string) *amphora {
+	t.Helper()
+	a := startAmphora(t, name, topology)
+	a.ready(t)
 	return a
 }
 
@@ -190,89 +202,90 @@ print(json.dumps(status_message.unwrap_envelope(binascii.unhexlify(sys.argv[1]),
 }
 
 // vmNet is the data plane on the host side: a client namespace on the
-// VIP network and a member namespace with an HTTP server, each behind a
-// tap device hot-plugged into the VM.
+// VIP network and a member namespace with an HTTP server, each with a
+// bridge that the amphorae's tap devices join (one L2 segment per
+// network, as Neutron gives them).
 type vmNet struct {
-	client, member    *topo.Namespace
-	vipMAC, memberMAC string
-	vipTap, memberTap string
-	server            *topo.Server
+	client, member *topo.Namespace
+	server         *topo.Server
 }
 
 const (
 	vmVIP        = "203.0.113.10"
-	vmVRRP       = "203.0.113.4"
 	vmClientIP   = "203.0.113.1"
-	vmMemberIP   = "198.51.100.20" // the amphora's address on the member network
 	vmServerIP   = "198.51.100.1"
 	vmServerPort = 8080
+	vmBridge     = "br0"
 )
 
-// newTap makes a tap device in the host's namespace for QEMU to attach;
-// attach moves it into ns afterwards.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func newDataPlane(t *testing.T) *vmNet {
+	t.Helper()
+	topo.RequireRoot(t)
+	n := &vmNet{client: topo.NewNamespace(t, "aavc"), member: topo.NewNamespace(t, "aavm")}
+	for ns, addr := range map[*topo.Namespace]string{n.client: vmClientIP + "/24", n.member: vmServerIP + "/24"} {
+		ipCmd(t, "-n", ns.Name, "link", "add", vmBridge, "type", "bridge")
+		ipCmd(t, "-n", ns.Name, "addr", "add", addr, "dev", vmBridge)
+		ipCmd(t, "-n", ns.Name, "link", "set", vmBridge, "up")
+	}
+	n.server = n.member.ServeHTTP(t, fmt.Sprintf("%s:%d", vmServerIP, vmServerPort), topo.MemberHandler("member-1"))
+	return n
+}
+
+// newTap makes a tap device in the host's namespace for QEMU to attach.
 func newTap(t *testing.T) string {
 	t.Helper()
 	name := topo.UniqueName("aatap")
 	if len(name) > 15 {
 		name = name[:15]
 	}
-	if out, err := exec.Command("ip", "tuntap", "add", "dev", name, "mode", "tap").CombinedOutput(); err != nil {
-		t.Fatalf("tap %s: %v %s", name, err, out)
-	}
+	ipCmd(t, "tuntap", "add", "dev", name, "mode", "tap")
 	t.Cleanup(func() { exec.Command("ip", "link", "delete", name).Run() })
 	return name
 }
 
-// plugTap hot-plugs tap into the VM as a NIC with mac, as Nova attaches a
-// port, then moves the host side into ns with addrs.
-func plugTap(t *testing.T, v *vm.VM, tap, mac string, ns *topo.Namespace, addrs ...string) {
+// plugTap hot-plugs a NIC with mac into the VM, as Nova attaches a port,
+// and puts the host side of it on ns's bridge.
+func plugTap(t *testing.T, v *vm.VM, mac string, ns *topo.Namespace) {
 	t.Helper()
+	tap := newTap(t)
 	if err := v.HotplugNIC(tap, mac); err != nil {
 		t.Fatalf("hot-plug %s: %v", mac, err)
 	}
-	ip := func(args ...string) {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("link", "set", tap, "netns", ns.Name)
-	for _, a := range addrs {
-		ip("-n", ns.Name, "addr", "add", a, "dev", tap)
-	}
-	ip("-n", ns.Name, "link", "set", tap, "up")
+	ipCmd(t, "link", "set", tap, "netns", ns.Name)
+	ipCmd(t, "-n", ns.Name, "link", "set", tap, "master", vmBridge)
+	ipCmd(t, "-n", ns.Name, "link", "set", tap, "up")
 }
 
-// plugDataPlane builds the host side, hot-plugs both NICs and has the
+// attach hot-plugs a VIP NIC and a member NIC into a's VM and has the
 // controller's own driver code plug them (VIP, then the member network).
-func plugDataPlane(t *testing.T, a *amphora) *vmNet {
+func (n *vmNet) attach(t *testing.T, a *amphora, topology, vrrpIP, memberIP string) {
 	t.Helper()
-	topo.RequireRoot(t)
-	n := &vmNet{client: topo.NewNamespace(t, "aavc"), member: topo.NewNamespace(t, "aavm"),
-		vipMAC: topo.UniqueMAC(), memberMAC: topo.UniqueMAC(), vipTap: newTap(t), memberTap: newTap(t)}
-	plugTap(t, a.VM, n.vipTap, n.vipMAC, n.client, vmClientIP+"/24")
-	plugTap(t, a.VM, n.memberTap, n.memberMAC, n.member, vmServerIP+"/24")
-	n.server = n.member.ServeHTTP(t, fmt.Sprintf("%s:%d", vmServerIP, vmServerPort), topo.MemberHandler("member-1"))
-	// The NICs show up inside the VM (PCI hot-plug, as with Nova).
+	vipMAC, memberMAC := topo.UniqueMAC(), topo.UniqueMAC()
+	plugTap(t, a.VM, vipMAC, n.client)
+	plugTap(t, a.VM, memberMAC, n.member)
 	a.WaitFor(time.Minute, "both hot-plugged NICs in the VM",
-		fmt.Sprintf("ip -br link | grep -qi %s && ip -br link | grep -qi %s", n.vipMAC, n.memberMAC))
+		fmt.Sprintf("ip -br link | grep -qi %s && ip -br link | grep -qi %s", vipMAC, memberMAC))
 
 	spec := map[string]any{
 		"amphora_id": a.env.AmphoraID, "client_cert": a.env.ClientCert, "server_ca": a.env.CAFile, "port": a.env.Port,
-		"topology": "SINGLE", "vip": vmVIP, "vrrp_ip": vmVRRP, "vip_mac": n.vipMAC, "vip_mtu": 1500,
+		"topology": topology, "vip": vmVIP, "vrrp_ip": vrrpIP, "vip_mac": vipMAC, "vip_mtu": 1500,
 		"vip_subnet": map[string]any{"id": "vip-subnet", "network_id": "vip-net", "cidr": "203.0.113.0/24",
 			"gateway": vmClientIP, "ip_version": 4, "host_routes": []any{}},
 		"additional_vips": []any{},
 		"member_subnet": map[string]any{"id": "member-subnet", "network_id": "member-net", "cidr": "198.51.100.0/24",
 			"gateway": nil, "ip_version": 4, "host_routes": []any{}},
-		"member_mac": n.memberMAC, "member_ip": vmMemberIP, "member_mtu": 1500,
+		"member_mac": memberMAC, "member_ip": memberIP, "member_mtu": 1500,
 		"unknown_ip": "192.0.2.77",
 	}
 	work := t.TempDir()
-	specFile := filepath.Join(work, "spec.json")
-	data, _ := json.Marshal(spec)
-	if err := os.WriteFile(specFile, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	specFile := writeSpec(t, work, spec)
 	stdout, stderr, _ := runControllerScript(t, a.env, testdataScript(t, "network", "controller_network.py"), "--spec", specFile, "--workdir", work)
 	var report map[string]netCall
 	if err := json.Unmarshal(stdout, &report); err != nil {
@@ -283,10 +296,16 @@ func plugDataPlane(t *testing.T, a *amphora) *vmNet {
 			t.Fatalf("%s raised %s: %s", name, deref(c.Raised), c.Error)
 		}
 	}
-	if c := report["get_interface_from_ip_vip"]; c.Returned != "eth1" {
-		t.Fatalf("the controller found the VIP on %v (%s), want eth1", c.Returned, c.Error)
+}
+
+func writeSpec(t *testing.T, dir string, spec any) string {
+	t.Helper()
+	path := filepath.Join(dir, "spec.json")
+	data, _ := json.Marshal(spec)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	return n
+	return path
 }
 
 // startLB has the controller's driver render (Octavia's own templates),
@@ -428,7 +447,8 @@ func TestVMSingleAmphora(t *testing.T) {
 
 	// Hot-plug and serve, in the test itself: the namespaces, the member
 	// server and the controller live as long as the VM.
-	n = plugDataPlane(t, a)
+	n = newDataPlane(t)
+	n.attach(t, a, "SINGLE", "203.0.113.4", "198.51.100.20")
 	startLB(t, a)
 	waitServed(t, n, time.Minute)
 	t.Logf("hot-plugged NICs plugged by the controller's driver; a load balancer rendered by Octavia's templates serves:\n%s",
@@ -490,11 +510,113 @@ func TestVMSingleAmphora(t *testing.T) {
 		// No controller call: the agent restored NICs, addresses and HAProxy
 		// before READY=1.
 		addrs := a.MustExec("ip -n amphora-haproxy addr show dev eth1")
-		for _, want := range []string{vmVRRP + "/24", vmVIP + "/32"} {
+		for _, want := range []string{"203.0.113.4/24", vmVIP + "/32"} {
 			if !strings.Contains(addrs, want) {
 				t.Fatalf("eth1 after reboot lacks %s:\n%s", want, addrs)
 			}
 		}
 		waitServed(t, n, 30*time.Second)
 	})
+}
+
+// vrrpCall runs testdata/vm/controller_vrrp.py for amphora index this.
+func vrrpCall(t *testing.T, amps []*amphora, this int, action string) netCall {
+	t.Helper()
+	type ampSpec struct {
+		ID       string `json:"id"`
+		Port     int    `json:"port"`
+		VRRPIP   string `json:"vrrp_ip"`
+		Role     string `json:"role"`
+		Priority int    `json:"priority"`
+	}
+	spec := map[string]any{
+		"client_cert": amps[this].env.ClientCert, "server_ca": amps[this].env.CAFile,
+		"lb_id": hapLB, "vip": vmVIP, "vip_cidr": "203.0.113.0/24", "vip_gateway": vmClientIP, "this": this,
+		"amphorae": []ampSpec{
+			{ID: amps[0].env.AmphoraID, Port: amps[0].env.Port, VRRPIP: "203.0.113.4", Role: "MASTER", Priority: 100},
+			{ID: amps[1].env.AmphoraID, Port: amps[1].env.Port, VRRPIP: "203.0.113.5", Role: "BACKUP", Priority: 90},
+		},
+	}
+	work := t.TempDir()
+	stdout, stderr, _ := runControllerScript(t, amps[this].env, testdataScript(t, "vm", "controller_vrrp.py"),
+		"--spec", writeSpec(t, work, spec), "--workdir", work, "--action", action)
+	var c netCall
+	if err := json.Unmarshal(stdout, &c); err != nil {
+		t.Fatalf("controller_vrrp.py printed no report: %v\n%s\n%s", err, stdout, stderr)
+	}
+	if c.Raised != nil && action == "configure" {
+		t.Fatalf("%s on %s raised %s: %s\n%s", action, amps[this].Name, *c.Raised, c.Error, stderr)
+	}
+	return c
+}
+
+// holder asks each amphora, through the controller's driver, which
+// interface holds the VIP; it returns the index of the one that answers
+// eth1, or -1, and fails on any other answer.
+func holder(t *testing.T, amps []*amphora) int {
+	t.Helper()
+	found := -1
+	for i := range amps {
+		if !amps[i].Running() {
+			continue
+		}
+		c := vrrpCall(t, amps, i, "interface")
+		switch {
+		case c.Raised == nil && c.Returned == "eth1":
+			if found >= 0 {
+				t.Fatalf("both amphorae hold the VIP")
+			}
+			found = i
+		case c.Raised != nil && strings.HasSuffix(*c.Raised, "NotFound"):
+		default:
+			t.Fatalf("get_interface_from_ip on %s: %v %s %s", amps[i].Name, c.Returned, deref(c.Raised), c.Error)
+		}
+	}
+	return found
+}
+
+// TestVMActiveStandby: two amphora VMs whose VIP NICs share one L2
+// segment, keepalived configs rendered by Octavia's templater and pushed
+// by its driver: one MASTER serves the VIP; when its VM loses power the
+// BACKUP takes the VIP over and traffic resumes.
+func TestVMActiveStandby(t *testing.T) {
+	requireOctavia(t)
+	amps := []*amphora{startAmphora(t, "amp-master", "ACTIVE_STANDBY"), startAmphora(t, "amp-backup", "ACTIVE_STANDBY")}
+	for _, a := range amps {
+		a.ready(t)
+	}
+	n := newDataPlane(t)
+	for i, a := range amps {
+		n.attach(t, a, "ACTIVE_STANDBY", fmt.Sprintf("203.0.113.%d", 4+i), fmt.Sprintf("198.51.100.%d", 20+i))
+		startLB(t, a)
+	}
+	for i := range amps {
+		vrrpCall(t, amps, i, "configure")
+	}
+	testenv.WaitFor(t, 2*time.Minute, "exactly one amphora holding the VIP", func() bool { return holder(t, amps) >= 0 })
+	master := holder(t, amps)
+	if master != 0 {
+		t.Logf("the VIP went to %s (priority 90) first", amps[master].Name)
+	}
+	waitServed(t, n, time.Minute)
+	state := amps[master].MustExec("ip -n amphora-haproxy -br addr show dev eth1")
+	t.Logf("%s holds the VIP: %s", amps[master].Name, strings.TrimSpace(state))
+
+	// Pull the MASTER's plug under traffic.
+	c := n.client.HTTPClient(false)
+	c.Timeout = 2 * time.Second
+	cut := time.Now()
+	amps[master].PowerOff()
+	var back time.Duration
+	testenv.WaitFor(t, 2*time.Minute, "traffic through the BACKUP", func() bool {
+		if _, err := getMember(c, "http://"+vmVIP+"/", "X-Member"); err == nil {
+			back = time.Since(cut)
+			return true
+		}
+		return false
+	})
+	t.Logf("failover: the VIP answered again %v after the MASTER lost power", back.Round(100*time.Millisecond))
+	if h := holder(t, amps); h != 1-master {
+		t.Fatalf("after the failover the controller finds the VIP on amphora %d, want %s", h, amps[1-master].Name)
+	}
 }
