@@ -51,6 +51,11 @@ test-system: build
 test-interop: build
 	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run Interop ./...
 
+# The amphora base image (Debian bookworm; cached by its inputs, so a
+# second run prints the cached one). Prints its folder, size and build time.
+image:
+	@dir=$$(cmd/amphora-agent/image/build.sh) && echo "$$dir" && cat "$$dir/build-info.txt"
+
 # Amphora VMs under QEMU (TCG here): the base image is built once and
 # cached by its inputs (cmd/amphora-agent/image/build.sh); the package
 # under test is installed at boot.

@@ -160,9 +160,9 @@ func (a *amphora) unitShow(props ...string) map[string]string {
 }
 
 // journalMonotonic is the monotonic time (µs) of the first journal line
-// of the agent's unit containing text.
+// of the agent's unit in this boot containing text.
 func (a *amphora) journalMonotonic(text string) int64 {
-	out := a.MustExec("journalctl -u amphora-agent.service -o json --no-pager")
+	out := a.MustExec("journalctl -b -u amphora-agent.service -o json --no-pager")
 	for _, line := range strings.Split(out, "\n") {
 		var e struct {
 			Message   any    `json:"MESSAGE"`
@@ -494,28 +494,49 @@ func TestVMSingleAmphora(t *testing.T) {
 	})
 
 	t.Run("reboot", func(t *testing.T) {
+		// VIP firewall rules, as the controller sets them, must come back too.
+		status, _, body := a.env.Do("PUT", "/1.0/interface/"+vmVIP+"/rules",
+			[]byte(`[{"protocol":"TCP","cidr":"192.0.2.0/24","port":80},{"protocol":"TCP","cidr":null,"port":80}]`))
+		if status != 200 {
+			t.Fatalf("PUT rules: %d %s", status, body)
+		}
+		routesBefore := a.MustExec("ip -n amphora-haproxy route show table all | grep -v '^local\\|^broadcast\\|^multicast\\|^anycast\\|fe80' | sort")
+		bootID := a.MustExec("cat /proc/sys/kernel/random/boot_id")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		a.Exec(ctx, "systemctl reboot")
 		cancel()
-		// The guest agent goes away, then comes back with the new boot.
-		testenv.WaitFor(t, time.Minute, "the guest to go down", func() bool {
+		testenv.WaitFor(t, vmBootWait, "the VM to come back from its reboot", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			code, out, err := a.Exec(ctx, "cat /proc/sys/kernel/random/boot_id")
-			_ = out
-			return err != nil || code != 0
+			return err == nil && code == 0 && out != bootID
 		})
-		a.WaitGuest(vmBootWait)
 		a.waitActive(vmBootWait)
-		// No controller call: the agent restored NICs, addresses and HAProxy
-		// before READY=1.
+		// No controller call: NICs, addresses, routes, rules and HAProxy are
+		// back, and before READY=1 (the unit's activation).
 		addrs := a.MustExec("ip -n amphora-haproxy addr show dev eth1")
 		for _, want := range []string{"203.0.113.4/24", vmVIP + "/32"} {
 			if !strings.Contains(addrs, want) {
 				t.Fatalf("eth1 after reboot lacks %s:\n%s", want, addrs)
 			}
 		}
+		if after := a.MustExec("ip -n amphora-haproxy route show table all | grep -v '^local\\|^broadcast\\|^multicast\\|^anycast\\|fe80' | sort"); after != routesBefore {
+			t.Fatalf("routes before the reboot:\n%s\nafter:\n%s", routesBefore, after)
+		}
+		if rules := a.MustExec("ip netns exec amphora-haproxy nft list ruleset"); !strings.Contains(rules, "192.0.2.0/24") {
+			t.Fatalf("VIP rules not restored:\n%s", rules)
+		}
+		active, _ := strconv.ParseInt(a.unitShow("ActiveEnterTimestampMonotonic")["ActiveEnterTimestampMonotonic"], 10, 64)
+		// The master's start time (clock ticks since boot, USER_HZ 100).
+		ticks, _ := strconv.ParseInt(strings.TrimSpace(a.MustExec(
+			"awk '{print $22}' /proc/$(cat /var/lib/octavia/"+hapLB+"/"+hapLB+".pid)/stat")), 10, 64)
+		if started := ticks * 10000; started == 0 || started > active {
+			t.Fatalf("HAProxy started at %d µs after boot, the unit was active at %d µs", started, active)
+		}
 		waitServed(t, n, 30*time.Second)
+		if log := a.MustExec("ls -l /var/lib/octavia/" + hapLB + "/haproxy.log"); !strings.Contains(log, "haproxy.log") {
+			t.Fatalf("HAProxy's log is not where the README says: %s", log)
+		}
 	})
 }
 
@@ -600,6 +621,9 @@ func TestVMActiveStandby(t *testing.T) {
 		t.Logf("the VIP went to %s (priority 90) first", amps[master].Name)
 	}
 	waitServed(t, n, time.Minute)
+	// keepalived logs to syslog, which the journal collects (README).
+	amps[master].WaitFor(time.Minute, "keepalived's MASTER line in the journal",
+		"journalctl -b --no-pager -t Keepalived_vrrp | grep -q 'Entering MASTER STATE'")
 	state := amps[master].MustExec("ip -n amphora-haproxy -br addr show dev eth1")
 	t.Logf("%s holds the VIP: %s", amps[master].Name, strings.TrimSpace(state))
 
