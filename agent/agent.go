@@ -133,7 +133,7 @@ func New(o Options) *Agent {
 		runner = haproxy.ExecRunner{}
 	}
 	a.lbStore = &haproxy.Store{
-		Layout:        haproxy.Layout{Base: cfg.BasePath, ProcDir: a.procDir},
+		Layout:        haproxy.Layout{Base: cfg.BasePath, ProcDir: a.procDir, Reserved: a.reservedNames},
 		HAProxyCmd:    cfg.HAProxyCmd,
 		UserGroupFile: cfg.HAProxyUserGroupFile,
 		Runner:        runner,

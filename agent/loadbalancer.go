@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/certs"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
@@ -19,7 +21,40 @@ const (
 	actionReload = "reload"
 )
 
-func lbID(id string) error { return haproxy.ValidateID("load balancer id", id) }
+// lbID refuses ids that are unsafe as a path element or that name one of
+// the agent's own entries under base_path.
+func (a *Agent) lbID(id string) error { return a.haproxyLayout().CheckID(id) }
+
+// reservedNames is the one list of what the agent keeps under base_path
+// besides the load balancers' folders, by top-level name, with what each
+// holds: the layouts and the configuration in force say where their files
+// are. Names with a dot (sockets <lb>.sock, stats_counters.json, the rules
+// and user/group files) already fail the id pattern; they are listed all
+// the same.
+func (a *Agent) reservedNames() map[string]string {
+	cfg := a.Config()
+	base := a.haproxyLayout().Base
+	owned := []struct{ path, what string }{
+		{a.vrrpLayout().Dir(), "the VRRP keepalived's files"},
+		{a.lvsLayout().Dir(), "the UDP/SCTP listeners' files"},
+		{cfg.BaseCertDir, "the listeners' certificates (base_cert_dir)"},
+		{cfg.NetworkDir, "the interface files (agent_server_network_dir)"},
+		{cfg.PluggedInterfacesFile, "the plugged interfaces record (plugged_interfaces_file)"},
+		{cfg.NftablesRulesFile, "the VIP firewall rules (nftables_rules_file)"},
+		{cfg.HAProxyUserGroupFile, "HAProxy's user and group (haproxy_user_group_file)"},
+		{health.CountersPath(base), "the heartbeat's counters"},
+	}
+	names := make(map[string]string, len(owned))
+	for _, o := range owned {
+		rel, err := filepath.Rel(base, o.path)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+			continue
+		}
+		first, _, _ := strings.Cut(rel, string(filepath.Separator))
+		names[first] = o.what
+	}
+	return names
+}
 
 // UploadHAProxy validates and stores a load balancer's HAProxy config and
 // returns its ETag (the md5 of the body as received).
@@ -73,7 +108,7 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 
 // loadBalancerAction runs action under the mutation lock.
 func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (string, error) {
-	if lbID(id) != nil || !a.lbStore.Exists(id) {
+	if !a.lbStore.Exists(id) {
 		return "", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+id)
 	}
 	if a.Config().ActiveStandby() {
@@ -148,9 +183,11 @@ func (a *Agent) updateVRRPCheck(excluded string) error {
 }
 
 // DeleteListener stops a load balancer and removes its config, socket and
-// certificates. Unknown ids succeed: the controller repeats deletes.
+// certificates. An id that names no load balancer of ours (unknown, or one
+// of the agent's own folders) succeeds with nothing touched: the
+// controller repeats deletes.
 func (a *Agent) DeleteListener(ctx context.Context, id string) error {
-	if lbID(id) != nil {
+	if !a.haproxyLayout().Known(id) {
 		return nil
 	}
 	err := a.lbs.Delete(ctx, id)
@@ -163,7 +200,7 @@ func (a *Agent) DeleteListener(ctx context.Context, id string) error {
 			a.log.Warn("updating the VRRP check script", zap.String("lb", id), zap.Error(err))
 		}
 	}
-	if err := a.certStore().RemoveAll(id, lbID); err != nil {
+	if err := a.certStore().RemoveAll(id, a.lbID); err != nil {
 		a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))
 	}
 	return nil
@@ -171,17 +208,17 @@ func (a *Agent) DeleteListener(ctx context.Context, id string) error {
 
 // PutCertificate stores a listener certificate and returns its md5.
 func (a *Agent) PutCertificate(ctx context.Context, lb, name string, body []byte) (string, error) {
-	return a.certStore().Put(lb, name, body, lbID)
+	return a.certStore().Put(lb, name, body, a.lbID)
 }
 
 // CertificateMD5 returns the md5 of a stored certificate.
 func (a *Agent) CertificateMD5(ctx context.Context, lb, name string) (string, error) {
-	return a.certStore().MD5(lb, name, lbID)
+	return a.certStore().MD5(lb, name, a.lbID)
 }
 
 // DeleteCertificate removes a stored certificate.
 func (a *Agent) DeleteCertificate(ctx context.Context, lb, name string) error {
-	return a.certStore().Delete(lb, name, lbID)
+	return a.certStore().Delete(lb, name, a.lbID)
 }
 
 // ValidateCertificateName applies the certificate file name rules.

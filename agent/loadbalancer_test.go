@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
 // fakeLBs records lifecycle calls; a reload of a stopped LB starts it.
@@ -202,5 +203,121 @@ func TestConcurrentReloadsCoalesce(t *testing.T) {
 	// One reload runs; every request queued behind it shares the next.
 	if n := lbs.reloads.Load(); n < 1 || n > 2 {
 		t.Fatalf("%d concurrent reload requests ran %d reloads, want 1 or 2", callers, n)
+	}
+}
+
+// sandboxAgent is an agent over the real HAProxy supervisor (nothing
+// runs) with every path option under dir; with the default layout the
+// certificate folder sits inside base_path.
+func sandboxAgent(t *testing.T, dir, topology string) *Agent {
+	t.Helper()
+	conf := strings.Replace(baseConfig(dir), "loadbalancer_topology = SINGLE", "loadbalancer_topology = "+topology, 1) +
+		"[amphora_agent]\n" +
+		"plugged_interfaces_file = " + filepath.Join(dir, "lib", "plugged_interfaces") + "\n" +
+		"nftables_rules_file = " + filepath.Join(dir, "lib", "nftables-vip.rules") + "\n" +
+		"haproxy_user_group_file = " + filepath.Join(dir, "lib", "haproxy-default-user-group.conf") + "\n" +
+		"agent_server_network_dir = " + filepath.Join(dir, "lib", "interfaces") + "\n"
+	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Options{Config: cfg, Runner: fakeRunner{}, HAProxyRunner: okChecker{}, ProcDir: filepath.Join(dir, "proc"),
+		Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
+}
+
+// tree describes every file and folder under root with its content, so
+// two calls compare equal only if nothing was written or removed.
+func tree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			files[rel] = "dir"
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		files[rel] = string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func TestReservedAndUnknownIDsTouchNothing(t *testing.T) {
+	dir := t.TempDir()
+	a := sandboxAgent(t, dir, "ACTIVE_STANDBY")
+	f := &fixture{dir: dir}
+	// What the agent keeps under base_path besides load balancers, and a
+	// folder that is not one of its load balancers.
+	for _, p := range []string{
+		"lib/vrrp/octavia-keepalived.conf", "lib/vrrp/agent-state.json", "lib/vrrp/check_script.sh",
+		"lib/vrrp/check_scripts/haproxy_check_script.sh", "lib/lvs/octavia-keepalivedlvs-l1.conf",
+		"lib/certs/lb1/cert.pem", "lib/plugged_interfaces", "lib/nftables-vip.rules",
+		"lib/haproxy-default-user-group.conf", "lib/stats_counters.json", "lib/interfaces/eth1.json",
+		"lib/stray/notes",
+	} {
+		f.write(p, "kept: "+p)
+	}
+	f.write("lib/lb1/haproxy.cfg", lbConfig("L1"))
+	f.write("lib/lb1/agent-state.json", `{"amphora_id":"AMP1","peer":"p","running":true}`)
+	before := tree(t, dir)
+	ctx := context.Background()
+
+	for _, id := range []string{"vrrp", "lvs", "certs", "plugged_interfaces", "interfaces"} {
+		_, err := a.UploadHAProxy(ctx, "AMP1", id, []byte(lbConfig("L1")))
+		if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "reserved") {
+			t.Errorf("upload %s: %v, want a 400 saying the id is reserved", id, err)
+		}
+		if _, err := a.PutCertificate(ctx, id, "x.pem", []byte("pem")); err == nil {
+			t.Errorf("certificate upload for %s accepted", id)
+		}
+		for _, action := range []string{"start", "stop", "reload"} {
+			_, err := a.LoadBalancerAction(ctx, id, action)
+			if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindNotFound || fe.Details != "No loadbalancer with UUID: "+id {
+				t.Errorf("%s %s: %v, want the unknown load balancer answer", action, id, err)
+			}
+		}
+		if _, _, err := a.HAProxyConfig(ctx, id); err == nil {
+			t.Errorf("config of %s: found", id)
+		}
+	}
+	for _, id := range []string{"vrrp", "lvs", "certs", "plugged_interfaces", "interfaces", "stray", "unknown", "..", "lb1.sock", "stats_counters.json"} {
+		if err := a.DeleteListener(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+	if after := tree(t, dir); !reflect.DeepEqual(after, before) {
+		t.Fatalf("files changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if lbs, err := a.haproxyLayout().LoadBalancers(); err != nil || !reflect.DeepEqual(lbs, []string{"lb1"}) {
+		t.Fatalf("load balancers %v, %v", lbs, err)
+	}
+
+	// A real delete removes the load balancer and its certificates only.
+	if err := a.DeleteListener(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"lib/lb1", "lib/certs/lb1"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); !os.IsNotExist(err) {
+			t.Errorf("%s left after delete: %v", p, err)
+		}
+		for k := range before {
+			if k == p || strings.HasPrefix(k, p+"/") {
+				delete(before, k)
+			}
+		}
+	}
+	// The check script changes with the load balancers.
+	delete(before, "lib/vrrp/check_scripts/haproxy_check_script.sh")
+	after := tree(t, dir)
+	delete(after, "lib/vrrp/check_scripts/haproxy_check_script.sh")
+	if !reflect.DeepEqual(after, before) {
+		t.Fatalf("deleting lb1 touched other files:\nwant %v\ngot  %v", before, after)
 	}
 }

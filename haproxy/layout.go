@@ -1,6 +1,7 @@
 package haproxy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +15,10 @@ import (
 type Layout struct {
 	Base    string
 	ProcDir string // "/proc"; tests point it elsewhere
+	// Reserved returns the names of the entries under Base that the agent
+	// keeps for other things (VRRP, LVS, certificates, records), each with
+	// what it holds. Such a name is never a load balancer id. Nil: none.
+	Reserved func() map[string]string
 }
 
 func (l Layout) Dir(lb string) string        { return filepath.Join(l.Base, lb) }
@@ -50,6 +55,37 @@ func (l Layout) RunningPath(lb string) string { return l.ConfigPath(lb) + ".runn
 // (the controller's configs load it with server-state-file).
 func (l Layout) ServersStatePath(lb string) string { return filepath.Join(l.Dir(lb), "servers-state") }
 
+// CheckID refuses an id that is not one safe path element, or that names
+// one of the agent's own entries under Base: upstream would write the
+// upload into, or delete, VRRP's or the certificates' folder.
+func (l Layout) CheckID(lb string) error {
+	if err := ValidateID("load balancer id", lb); err != nil {
+		return err
+	}
+	if l.Reserved == nil {
+		return nil
+	}
+	if what, ok := l.Reserved()[lb]; ok {
+		return fmt.Errorf("load balancer id %q is reserved: %s holds %s", lb, l.Dir(lb), what)
+	}
+	return nil
+}
+
+// Known reports whether lb's folder is one the agent made for a load
+// balancer: it holds the agent's record, a config, or an upload being
+// validated or refused. Only such a folder is ever removed.
+func (l Layout) Known(lb string) bool {
+	if l.CheckID(lb) != nil {
+		return false
+	}
+	for _, p := range []string{l.ConfigPath(lb), l.StatePath(lb), l.StagedPath(lb), l.FailedPath(lb)} {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+			return true
+		}
+	}
+	return false
+}
+
 // LoadBalancers lists the ids that have a stored config, sorted.
 func (l Layout) LoadBalancers() ([]string, error) {
 	entries, err := os.ReadDir(l.Base)
@@ -61,7 +97,7 @@ func (l Layout) LoadBalancers() ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || l.CheckID(e.Name()) != nil {
 			continue
 		}
 		if _, err := os.Stat(l.ConfigPath(e.Name())); err == nil {

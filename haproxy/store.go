@@ -85,6 +85,9 @@ func (s *Store) WriteState(lb string, st State) error {
 
 // Exists reports whether lb has a stored config.
 func (s *Store) Exists(lb string) bool {
+	if s.Layout.CheckID(lb) != nil {
+		return false
+	}
 	_, err := os.Stat(s.Layout.ConfigPath(lb))
 	return err == nil
 }
@@ -108,7 +111,7 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err := ValidateID("amphora id", amphoraID); err != nil {
 		return fault.Invalid("Invalid request", err.Error())
 	}
-	if err := ValidateID("load balancer id", lb); err != nil {
+	if err := s.Layout.CheckID(lb); err != nil {
 		return fault.Invalid("Invalid request", err.Error())
 	}
 	cfg := groupLine.ReplaceAll(body, nil)
@@ -256,7 +259,7 @@ func raiseFDLimit(need uint64) uint64 {
 
 // Config returns lb's stored config.
 func (s *Store) Config(lb string) ([]byte, error) {
-	if err := ValidateID("load balancer id", lb); err != nil {
+	if err := s.Layout.CheckID(lb); err != nil {
 		return nil, notFound(lb)
 	}
 	data, err := os.ReadFile(s.Layout.ConfigPath(lb))
@@ -271,20 +274,27 @@ func notFound(lb string) error {
 }
 
 // Remove deletes every file of lb under base_path, including its stats
-// socket. The caller stops HAProxy first.
+// socket. The caller stops HAProxy first. A folder that is not a load
+// balancer's (Known) is left alone, and so is anything at a socket path
+// that is not a socket: a config may name any file as its stats socket.
 func (s *Store) Remove(lb string) error {
-	if err := ValidateID("load balancer id", lb); err != nil {
+	if !s.Layout.Known(lb) {
 		return nil
 	}
 	if sum, err := s.Layout.Summary(lb); err == nil && sum.StatsSocket != "" {
-		os.Remove(sum.StatsSocket)
+		removeSocket(sum.StatsSocket)
 	}
-	os.Remove(s.Layout.SocketPath(lb))
-	if _, err := os.Stat(s.Layout.Dir(lb)); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	removeSocket(s.Layout.SocketPath(lb))
 	if err := os.RemoveAll(s.Layout.Dir(lb)); err != nil {
 		return err
 	}
 	return fsutil.SyncDir(s.Layout.Base)
+}
+
+// removeSocket removes path if it is a unix socket; errors are ignored,
+// as upstream ignores them.
+func removeSocket(path string) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
 }

@@ -3,6 +3,7 @@ package haproxy
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,6 +135,93 @@ func TestConfigNotFound(t *testing.T) {
 		fe, ok := fault.As(err)
 		if !ok || fe.Kind != fault.KindNotFound || fe.Message != "Loadbalancer Not Found" || fe.Details != "No loadbalancer with UUID: "+lb {
 			t.Errorf("%s: %v", lb, err)
+		}
+	}
+}
+
+func writeTestFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+func TestReservedIDsAreNoLoadBalancers(t *testing.T) {
+	s, r := newTestStore(t)
+	s.Layout.Reserved = func() map[string]string { return map[string]string{"vrrp": "the VRRP keepalived's files"} }
+	// vrrp/ holds a record named like a load balancer's, and a config an
+	// agent without this check let an upload write there.
+	state, cfg := s.Layout.StatePath("vrrp"), s.Layout.ConfigPath("vrrp")
+	writeTestFile(t, state, `{"running":true}`)
+	writeTestFile(t, cfg, "global\n")
+
+	err := s.Upload(context.Background(), "AMP1", "vrrp", []byte("global\n"))
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, `load balancer id "vrrp" is reserved`) || !strings.Contains(fe.Details, "VRRP") {
+		t.Fatalf("upload: %v, want a 400 naming the reservation", err)
+	}
+	if len(r.calls) != 0 {
+		t.Fatal("haproxy ran for a reserved id")
+	}
+	if s.Exists("vrrp") || s.Layout.Known("vrrp") {
+		t.Fatal("a reserved id is taken for a load balancer")
+	}
+	if _, err := s.Config("vrrp"); err == nil {
+		t.Fatal("config of a reserved id served")
+	}
+	if lbs, err := s.Layout.LoadBalancers(); err != nil || len(lbs) != 0 {
+		t.Fatalf("load balancers %v, %v", lbs, err)
+	}
+	if err := s.Remove("vrrp"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{state, cfg} {
+		if !exists(p) {
+			t.Fatalf("%s removed", p)
+		}
+	}
+}
+
+func TestRemoveTakesOnlyWhatTheAgentMade(t *testing.T) {
+	s, _ := newTestStore(t)
+	base := s.Layout.Base
+	// A folder that is not a load balancer's, a load balancer whose config
+	// names an ordinary file as its stats socket, an ordinary file at its
+	// socket path, and a load balancer with a real socket.
+	stray := filepath.Join(base, "stray", "notes")
+	named := filepath.Join(base, "keep.txt")
+	writeTestFile(t, stray, "not ours")
+	writeTestFile(t, named, "not a socket")
+	writeTestFile(t, s.Layout.SocketPath("lb1"), "not a socket")
+	writeTestFile(t, s.Layout.ConfigPath("lb1"), "global\n    stats socket "+named+" mode 0666 level user\n")
+	writeTestFile(t, s.Layout.StatePath("lb2"), "{}")
+	sock, err := net.Listen("unix", s.Layout.SocketPath("lb2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock.(*net.UnixListener).SetUnlinkOnClose(false)
+	sock.Close()
+
+	for _, lb := range []string{"stray", "lb1", "lb2"} {
+		if err := s.Remove(lb); err != nil {
+			t.Fatalf("remove %s: %v", lb, err)
+		}
+	}
+	for _, p := range []string{stray, named, s.Layout.SocketPath("lb1")} {
+		if !exists(p) {
+			t.Errorf("%s removed", p)
+		}
+	}
+	for _, p := range []string{s.Layout.Dir("lb1"), s.Layout.Dir("lb2"), s.Layout.SocketPath("lb2")} {
+		if exists(p) {
+			t.Errorf("%s left", p)
 		}
 	}
 }
