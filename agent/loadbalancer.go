@@ -190,15 +190,28 @@ func (a *Agent) DeleteListener(ctx context.Context, id string) error {
 	if !a.haproxyLayout().Known(id) {
 		return nil
 	}
+	// Refreshed before the folder goes, as upstream: the check leaves this
+	// load balancer out but still sees one exists, so deleting the last
+	// one leaves a check with no sockets, which passes. Afterwards it
+	// would find none and write "exit 1": both amphorae would go to FAULT
+	// and drop the VIP.
+	vrrp := a.checkScripts().VRRPInUse()
+	refreshCheck := func(excluded string) {
+		if err := a.updateVRRPCheck(excluded); err != nil {
+			a.log.Warn("updating the VRRP check script", zap.String("lb", id), zap.Error(err))
+		}
+	}
+	if vrrp {
+		refreshCheck(id)
+	}
 	err := a.lbs.Delete(ctx, id)
 	a.loadBalancerGone(id)
 	if err != nil {
-		return err
-	}
-	if a.checkScripts().VRRPInUse() {
-		if err := a.updateVRRPCheck(id); err != nil {
-			a.log.Warn("updating the VRRP check script", zap.String("lb", id), zap.Error(err))
+		if vrrp {
+			// HAProxy did not stop and nothing was removed: check it again.
+			refreshCheck("")
 		}
+		return err
 	}
 	if err := a.certStore().RemoveAll(id, a.lbID); err != nil {
 		a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))

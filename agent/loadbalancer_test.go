@@ -313,11 +313,47 @@ func TestReservedAndUnknownIDsTouchNothing(t *testing.T) {
 			}
 		}
 	}
-	// The check script changes with the load balancers.
+	// The check script changes with the load balancers; see the next test.
 	delete(before, "lib/vrrp/check_scripts/haproxy_check_script.sh")
 	after := tree(t, dir)
 	delete(after, "lib/vrrp/check_scripts/haproxy_check_script.sh")
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("deleting lb1 touched other files:\nwant %v\ngot  %v", before, after)
+	}
+}
+
+// Deleting the last load balancer of an ACTIVE_STANDBY amphora leaves
+// keepalived's HAProxy check passing, as upstream: "exit 1" would make
+// both amphorae FAULT and drop the VIP.
+func TestDeletingLastLoadBalancerKeepsVRRPCheckPassing(t *testing.T) {
+	dir := t.TempDir()
+	a := sandboxAgent(t, dir, "ACTIVE_STANDBY")
+	f := &fixture{dir: dir}
+	f.write("lib/vrrp/check_script.sh", "#!/bin/bash\n")
+	f.write("lib/lb1/haproxy.cfg", lbConfig("L1"))
+	f.write("lib/lb2/haproxy.cfg", lbConfig("L2"))
+	check := filepath.Join(dir, "lib", "vrrp", "check_scripts", "haproxy_check_script.sh")
+	ctx := context.Background()
+	steps := []struct{ lb, want string }{
+		{"lb2", "haproxy-vrrp-check " + filepath.Join(dir, "lib", "lb1.sock") + "; exit $?"},
+		{"lb1", "haproxy-vrrp-check ; exit $?"},
+	}
+	for _, s := range steps {
+		if err := a.DeleteListener(ctx, s.lb); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(check); err != nil || string(got) != s.want {
+			t.Fatalf("after deleting %s: check %q (%v), want %q", s.lb, got, err, s.want)
+		}
+	}
+	// Deleting an id that names nothing leaves the check alone.
+	if err := os.WriteFile(check, []byte("sentinel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteListener(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(check); string(got) != "sentinel" {
+		t.Fatalf("deleting an unknown id rewrote the check: %q", got)
 	}
 }
