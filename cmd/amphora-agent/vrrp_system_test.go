@@ -344,3 +344,99 @@ func TestVRRPActiveStandby(t *testing.T) {
 		t.Fatal("reload of a stopped keepalived did not start it")
 	}
 }
+
+// withCheckPath makes keepalived's tracked script find the image's
+// haproxy-vrrp-check, which the test machine lacks: a wrapper puts a link
+// to the agent binary on PATH, then runs the agent's check_script.sh. It
+// returns amp's keepalived config tracking the wrapper.
+func (a *vrrpAmp) withCheckPath(t *testing.T, peer string) string {
+	bin := a.env.Path("bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(testenv.Binary(t), filepath.Join(bin, "haproxy-vrrp-check")); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(a.base(), "vrrp", "check_script.sh")
+	wrapper := a.env.Path("check.sh")
+	text := "#!/bin/bash\nPATH=" + bin + ":$PATH exec " + script + "\n"
+	if err := os.WriteFile(wrapper, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(a.config(peer), "script "+script, "script "+wrapper, 1)
+}
+
+// loadBalancer uploads and starts a load balancer listening on the
+// amphora's own address; its stats socket is the one the VRRP check asks.
+func (a *vrrpAmp) loadBalancer(t *testing.T, lb string) {
+	t.Helper()
+	watchHAProxy(t, filepath.Join(a.base(), lb, lb+".pid"))
+	cfg := fmt.Sprintf(`global
+    maxconn 100
+    stats socket %s/%s.sock mode 0666 level user
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 10s
+    timeout server 10s
+frontend L1
+    bind %s:80
+    default_backend members
+backend members
+    server member-1 203.0.113.200:80
+`, a.base(), lb, a.addr)
+	if status, _, body := a.env.Do("PUT", "/1.0/loadbalancer/"+a.env.AmphoraID+"/"+lb+"/haproxy", []byte(cfg)); status != 202 {
+		t.Fatalf("%s: upload: %d %s", a.name, status, body)
+	}
+	if status, _, body := a.env.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil); status != 202 {
+		t.Fatalf("%s: start: %d %s\n%s", a.name, status, body, a.env.Output())
+	}
+}
+
+// Deleting the last load balancer on both amphorae must not withdraw the
+// VIP: the HAProxy check keepalived tracks stays passing (upstream leaves
+// a check with no sockets), so one amphora keeps holding it.
+func TestVRRPDeletingLastLoadBalancerKeepsVIP(t *testing.T) {
+	topo.RequireRoot(t)
+	if _, err := os.Stat("/usr/sbin/keepalived"); err != nil {
+		t.Skip("keepalived is not installed (make test installs it)")
+	}
+	const lb = "6c7d4e1f-8a2b-4c3d-8e4f-1a2b3c4d5e6f"
+	a := newVRRPAmp(t, "a", "203.0.113.4", 100)
+	b := newVRRPAmp(t, "b", "203.0.113.5", 90)
+	topo.Link(t, a.ns, "eth1", []string{a.addr + "/24"}, b.ns, "eth1", []string{b.addr + "/24"})
+	for _, amp := range []*vrrpAmp{a, b} {
+		amp.env.Start()
+		amp.loadBalancer(t, lb)
+	}
+	for _, amp := range []*vrrpAmp{a, b} {
+		peer := b.addr
+		if amp == b {
+			peer = a.addr
+		}
+		if status, _, body := amp.env.Do("PUT", "/1.0/vrrp/upload", []byte(amp.withCheckPath(t, peer))); status != 200 {
+			t.Fatalf("%s: VRRP upload: %d %s", amp.name, status, body)
+		}
+		amp.vrrp(t, "start", 202, `{"message":"OK","details":"keepalived started"}`)
+	}
+	exactlyOneMaster(t, a, b)
+
+	for _, amp := range []*vrrpAmp{a, b} {
+		if status, _, body := amp.env.Do("DELETE", "/1.0/listeners/"+lb, nil); status != 200 {
+			t.Fatalf("%s: delete: %d %s", amp.name, status, body)
+		}
+		check := filepath.Join(amp.base(), "vrrp", "check_scripts", "haproxy_check_script.sh")
+		if got, err := os.ReadFile(check); err != nil || string(got) != "haproxy-vrrp-check ; exit $?" {
+			t.Fatalf("%s: HAProxy check after the delete: %q %v", amp.name, got, err)
+		}
+	}
+	// keepalived runs the check every second and gives up after two
+	// failures: well inside this window.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ha, hb := a.holdsVIP(t), b.holdsVIP(t); ha == hb {
+			t.Fatalf("after the delete: a holds the VIP %v, b %v\n%s\n%s", ha, hb, a.env.Output(), b.env.Output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
