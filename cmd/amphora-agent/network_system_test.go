@@ -95,22 +95,7 @@ func (r *netRig) loadBalancer(t *testing.T) *haproxyMasters {
 	t.Helper()
 	const lb = "7c0ffee0-0000-4000-8000-00000000b001"
 	base := r.env.Path("lib")
-	text := fmt.Sprintf(`global
-    maxconn 100
-    stats socket %s/%s.sock mode 0666 level user
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 10s
-    timeout server 10s
-frontend L1
-    bind %s:80
-    bind %s:80
-    bind %s:8080
-    default_backend members
-backend members
-    server member-1 %s:80
-`, base, lb, netVIP, netVIP6, netVIP, netMember)
+	text := plainLBConfig(base, lb, netMember+":80", netVIP+":80", netVIP6+":80", netVIP+":8080")
 	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
 	r.call(t, "PUT", "/1.0/loadbalancer/"+r.env.AmphoraID+"/"+lb+"/haproxy", text, 202)
 	r.call(t, "PUT", "/1.0/loadbalancer/"+lb+"/start", "", 202)

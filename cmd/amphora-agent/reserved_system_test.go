@@ -22,9 +22,7 @@ func TestReservedIDsChangeNothing(t *testing.T) {
 	e.Start()
 	const lb = "5b6c3d0e-7f1a-4b2c-9d3e-0f1a2b3c4d5e"
 	base := e.Path("lib")
-	cfg := []byte("global\n    maxconn 100\n    stats socket " + filepath.Join(base, lb+".sock") + " mode 0666 level user\n" +
-		"defaults\n    mode http\n    timeout connect 5s\n    timeout client 5s\n    timeout server 5s\n" +
-		"frontend L1\n    bind 127.0.0.1:8443\n")
+	cfg := []byte(plainLBConfig(base, lb, "127.0.0.1:8081", "127.0.0.1:8443"))
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+lb+"/haproxy", cfg); status != 202 {
 		t.Fatalf("upload %s: %d %s", lb, status, body)
 	}

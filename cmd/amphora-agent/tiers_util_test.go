@@ -144,3 +144,16 @@ const (
 	netMemberIP = "198.51.100.20"
 	netMember   = "198.51.100.2"
 )
+
+// plainLBConfig is a small load balancer config: its stats socket where
+// the agent's layout puts it, one HTTP frontend with binds, one member.
+func plainLBConfig(base, lb, member string, binds ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "global\n    maxconn 100\n    stats socket %s/%s.sock mode 0666 level user\n", base, lb)
+	b.WriteString("defaults\n    mode http\n    timeout connect 5s\n    timeout client 10s\n    timeout server 10s\nfrontend L1\n")
+	for _, bind := range binds {
+		fmt.Fprintf(&b, "    bind %s\n", bind)
+	}
+	fmt.Fprintf(&b, "    default_backend members\nbackend members\n    server member-1 %s\n", member)
+	return b.String()
+}

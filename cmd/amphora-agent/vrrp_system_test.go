@@ -371,20 +371,7 @@ func (a *vrrpAmp) withCheckPath(t *testing.T, peer string) string {
 func (a *vrrpAmp) loadBalancer(t *testing.T, lb string) {
 	t.Helper()
 	watchHAProxy(t, filepath.Join(a.base(), lb, lb+".pid"))
-	cfg := fmt.Sprintf(`global
-    maxconn 100
-    stats socket %s/%s.sock mode 0666 level user
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 10s
-    timeout server 10s
-frontend L1
-    bind %s:80
-    default_backend members
-backend members
-    server member-1 203.0.113.200:80
-`, a.base(), lb, a.addr)
+	cfg := plainLBConfig(a.base(), lb, "203.0.113.200:80", a.addr+":80")
 	if status, _, body := a.env.Do("PUT", "/1.0/loadbalancer/"+a.env.AmphoraID+"/"+lb+"/haproxy", []byte(cfg)); status != 202 {
 		t.Fatalf("%s: upload: %d %s", a.name, status, body)
 	}
