@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
@@ -44,6 +45,8 @@ type fixture struct {
 	a    *Agent
 }
 
+// baseConfig keeps every path the agent writes inside dir
+// (configtest.Load checks it).
 func baseConfig(dir string) string {
 	return `
 [haproxy_amphora]
@@ -57,6 +60,11 @@ heartbeat_key = insecure
 amphora_id = amp-1
 agent_server_cert = ` + filepath.Join(dir, "server.pem") + `
 agent_server_ca = ` + filepath.Join(dir, "ca.pem") + `
+agent_server_network_dir = ` + filepath.Join(dir, "interfaces") + `
+plugged_interfaces_file = ` + filepath.Join(dir, "lib", "plugged_interfaces") + `
+nftables_rules_file = ` + filepath.Join(dir, "lib", "nftables-vip.rules") + `
+haproxy_user_group_file = ` + filepath.Join(dir, "lib", "haproxy-default-user-group.conf") + `
+pci_rescan_file = ` + filepath.Join(dir, "pci-rescan") + `
 network_namespace = amphora-agent-unit-test-absent
 [controller_worker]
 loadbalancer_topology = SINGLE
@@ -70,14 +78,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := os.WriteFile(f.conf, []byte(baseConfig(dir)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sources, err := config.ReadFiles([]string{f.conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := config.Load(sources)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, baseConfig(dir))
 	f.a = New(Options{
 		ConfigFiles: []string{f.conf},
 		Config:      cfg,

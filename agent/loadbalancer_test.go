@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 )
 
 // fakeLBs records lifecycle calls; a reload of a stopped LB starts it.
@@ -53,10 +53,7 @@ func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 		t.Run(topology, func(t *testing.T) {
 			dir := t.TempDir()
 			conf := strings.Replace(baseConfig(dir), "loadbalancer_topology = SINGLE", "loadbalancer_topology = "+topology, 1)
-			cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := configtest.Load(t, dir, conf)
 			lbs := &fakeLBs{running: map[string]bool{}}
 			var advertised []netip.Addr
 			a := New(Options{
@@ -135,10 +132,7 @@ func (okChecker) CombinedOutput(context.Context, string, ...string) ([]byte, err
 
 func TestUploadNeitherStartsNorReloads(t *testing.T) {
 	dir := t.TempDir()
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(baseConfig(dir))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, baseConfig(dir))
 	lbs := &fakeLBs{running: map[string]bool{}}
 	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs, HAProxyRunner: okChecker{}})
 	body := []byte("global\n    group nogroup\n")
@@ -168,10 +162,7 @@ func (s *slowLBs) Reload(ctx context.Context, lb string) (bool, error) {
 
 func TestConcurrentReloadsCoalesce(t *testing.T) {
 	dir := t.TempDir()
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(baseConfig(dir))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, baseConfig(dir))
 	lbs := &slowLBs{fakeLBs: fakeLBs{running: map[string]bool{}}}
 	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,
 		Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
