@@ -288,14 +288,16 @@ func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) e
 
 // Reload re-reads the configuration files (SIGHUP). It takes the
 // mutation lock like PUT /1.0/config, so the configuration in force is
-// always the one written last.
+// always the one written last, and validates like it: files that
+// PUT /1.0/config would refuse (a bad value, even of a heartbeat option, or
+// an empty or partial file) leave the configuration in force as it is.
 func (a *Agent) Reload(ctx context.Context) error {
 	return a.Exclusive(ctx, func(context.Context) error {
 		sources, err := config.ReadFiles(a.files)
 		if err != nil {
 			return err
 		}
-		cfg, warnings, err := config.Load(sources)
+		cfg, warnings, err := config.LoadStrict(sources)
 		if err != nil {
 			return err
 		}

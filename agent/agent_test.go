@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
@@ -44,6 +45,8 @@ type fixture struct {
 	a    *Agent
 }
 
+// baseConfig keeps every path the agent writes inside dir
+// (configtest.Load checks it).
 func baseConfig(dir string) string {
 	return `
 [haproxy_amphora]
@@ -57,6 +60,11 @@ heartbeat_key = insecure
 amphora_id = amp-1
 agent_server_cert = ` + filepath.Join(dir, "server.pem") + `
 agent_server_ca = ` + filepath.Join(dir, "ca.pem") + `
+agent_server_network_dir = ` + filepath.Join(dir, "interfaces") + `
+plugged_interfaces_file = ` + filepath.Join(dir, "lib", "plugged_interfaces") + `
+nftables_rules_file = ` + filepath.Join(dir, "lib", "nftables-vip.rules") + `
+haproxy_user_group_file = ` + filepath.Join(dir, "lib", "haproxy-default-user-group.conf") + `
+pci_rescan_file = ` + filepath.Join(dir, "pci-rescan") + `
 network_namespace = amphora-agent-unit-test-absent
 [controller_worker]
 loadbalancer_topology = SINGLE
@@ -70,14 +78,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := os.WriteFile(f.conf, []byte(baseConfig(dir)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sources, err := config.ReadFiles([]string{f.conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := config.Load(sources)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, baseConfig(dir))
 	f.a = New(Options{
 		ConfigFiles: []string{f.conf},
 		Config:      cfg,
@@ -293,6 +294,46 @@ func TestUpdateConfig(t *testing.T) {
 	}
 	if f.a.Config().ActiveStandby() || len(seen) != 2 {
 		t.Fatal("Reload did not apply the file")
+	}
+}
+
+// SIGHUP refuses what PUT /1.0/config refuses, and keeps the configuration
+// in force when it does.
+func TestReloadRefusesWhatUploadRefuses(t *testing.T) {
+	f := newFixture(t)
+	var seen int
+	f.a.OnConfig(func(*config.Config) { seen++ })
+	original, _ := os.ReadFile(f.conf)
+	before := f.a.Config()
+	cases := []struct{ name, file, want string }{
+		{"substitution in the key", strings.Replace(string(original), "heartbeat_key = insecure", "heartbeat_key = $foo", 1), `substitution of "$foo"`},
+		{"empty file", "", "controller_ip_port_list and [health_manager] heartbeat_key are not set"},
+		{"no health managers written", strings.Replace(string(original), "controller_ip_port_list = 192.0.2.10:5555\n", "", 1), "controller_ip_port_list is not set"},
+		{"bad heartbeat interval", strings.Replace(string(original), "heartbeat_interval = 10", "heartbeat_interval = ten", 1), "heartbeat_interval"},
+		{"bad topology", strings.Replace(string(original), "loadbalancer_topology = SINGLE", "loadbalancer_topology = ACTIVE_PASSIVE", 1), "loadbalancer_topology"},
+	}
+	for _, c := range cases {
+		upErr := f.a.UpdateConfig(context.Background(), []byte(c.file))
+		if fe, ok := fault.As(upErr); !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, c.want) {
+			t.Errorf("%s: PUT /1.0/config: %v; want it refused naming %q", c.name, upErr, c.want)
+		}
+		if err := os.WriteFile(f.conf, []byte(c.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := f.a.Reload(context.Background())
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), f.conf) {
+			t.Errorf("%s: SIGHUP: %v; want an error naming %s and %q", c.name, err, f.conf, c.want)
+		}
+		if f.a.Config() != before || seen != 0 {
+			t.Fatalf("%s: SIGHUP put a refused configuration in force: key %q, controllers %v",
+				c.name, f.a.Config().HeartbeatKey, f.a.Config().ControllerIPPortList)
+		}
+	}
+	if err := os.WriteFile(f.conf, original, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.Reload(context.Background()); err != nil || seen != 1 {
+		t.Fatalf("SIGHUP with the good file again: %v, applied %d", err, seen)
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
@@ -42,10 +42,7 @@ func (g *gatedLBs) Reload(ctx context.Context, lb string) (bool, error) {
 func gatedAgent(t *testing.T) (*Agent, *gatedLBs) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(baseConfig(dir))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, baseConfig(dir))
 	lbs := &gatedLBs{fakeLBs: fakeLBs{running: map[string]bool{}},
 		entered: make(chan string, 4), release: make(chan struct{}), ctxErrs: make(chan error, 4)}
 	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
@@ -54,10 +54,7 @@ func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 		t.Run(topology, func(t *testing.T) {
 			dir := t.TempDir()
 			conf := strings.Replace(baseConfig(dir), "loadbalancer_topology = SINGLE", "loadbalancer_topology = "+topology, 1)
-			cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := configtest.Load(t, dir, conf)
 			lbs := &fakeLBs{running: map[string]bool{}}
 			var advertised []netip.Addr
 			a := New(Options{
@@ -136,10 +133,7 @@ func (okChecker) CombinedOutput(context.Context, string, ...string) ([]byte, err
 
 func TestUploadNeitherStartsNorReloads(t *testing.T) {
 	dir := t.TempDir()
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(baseConfig(dir))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, baseConfig(dir))
 	lbs := &fakeLBs{running: map[string]bool{}}
 	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs, HAProxyRunner: okChecker{}})
 	body := []byte("global\n    group nogroup\n")
@@ -169,10 +163,7 @@ func (s *slowLBs) Reload(ctx context.Context, lb string) (bool, error) {
 
 func TestConcurrentReloadsCoalesce(t *testing.T) {
 	dir := t.TempDir()
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(baseConfig(dir))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, baseConfig(dir))
 	lbs := &slowLBs{fakeLBs: fakeLBs{running: map[string]bool{}}}
 	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,
 		Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
@@ -217,10 +208,7 @@ func sandboxAgent(t *testing.T, dir, topology string) *Agent {
 		"nftables_rules_file = " + filepath.Join(dir, "lib", "nftables-vip.rules") + "\n" +
 		"haproxy_user_group_file = " + filepath.Join(dir, "lib", "haproxy-default-user-group.conf") + "\n" +
 		"agent_server_network_dir = " + filepath.Join(dir, "lib", "interfaces") + "\n"
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, conf)
 	return New(Options{Config: cfg, Runner: fakeRunner{}, HAProxyRunner: okChecker{}, ProcDir: filepath.Join(dir, "proc"),
 		Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
 }

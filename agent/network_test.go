@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/netns"
 	"github.com/amphora-agent/amphora-agent/netns/netnstest"
@@ -31,7 +31,13 @@ func netAgent(t *testing.T, k netns.Kernel, ns, topology string) (*Agent, string
 	t.Helper()
 	dir := t.TempDir()
 	conf := `
+[haproxy_amphora]
+base_path = ` + filepath.Join(dir, "lib") + `
+base_cert_dir = ` + filepath.Join(dir, "lib", "certs") + `
 [amphora_agent]
+agent_server_cert = ` + filepath.Join(dir, "server.pem") + `
+agent_server_ca = ` + filepath.Join(dir, "ca.pem") + `
+haproxy_user_group_file = ` + filepath.Join(dir, "lib", "haproxy-default-user-group.conf") + `
 agent_server_network_dir = ` + filepath.Join(dir, "interfaces") + `
 network_namespace = ` + ns + `
 plugged_interfaces_file = ` + filepath.Join(dir, "plugged_interfaces") + `
@@ -41,10 +47,7 @@ lvs_masquerade_script = /bin/true
 [controller_worker]
 loadbalancer_topology = ` + topology + `
 `
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, conf)
 	return New(Options{Config: cfg, Log: zaptest.NewLogger(t), Runner: fakeRunner{}, Kernel: k}), dir
 }
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
@@ -47,10 +47,7 @@ func (f *fakeVRRP) Close()                        {}
 func vrrpAgent(t *testing.T, v *fakeVRRP) (*Agent, string) {
 	dir := t.TempDir()
 	conf := strings.Replace(baseConfig(dir), "loadbalancer_topology = SINGLE", "loadbalancer_topology = ACTIVE_STANDBY", 1)
-	cfg, _, err := config.Load([]config.Source{{Name: "test.conf", Data: []byte(conf)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, dir, conf)
 	return New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: &fakeLBs{running: map[string]bool{}}, VRRP: v}), cfg.BasePath
 }
 

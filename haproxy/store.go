@@ -1,6 +1,7 @@
 package haproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -8,15 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
@@ -30,9 +32,9 @@ type Runner interface {
 type ExecRunner struct{}
 
 func (ExecRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := procgroup.Command(ctx, name, args...)
 	cmd.Env = procwatch.CleanEnv()
-	return cmd.CombinedOutput()
+	return procgroup.CombinedOutput(cmd, nil)
 }
 
 // Store keeps each load balancer's files under base_path: the config the
@@ -44,10 +46,17 @@ type Store struct {
 	UserGroupFile string
 	Runner        Runner
 	Log           *zap.Logger
+	// CheckTimeout bounds one `haproxy -c` (lua-load scripts run in it);
+	// zero means DefaultCheckTimeout.
+	CheckTimeout time.Duration
 	// FDLimit returns the open-files limit HAProxy will run under; nil
 	// means this process's hard RLIMIT_NOFILE.
 	FDLimit func() uint64
 }
+
+// DefaultCheckTimeout bounds a validation: HAProxy checks a large config
+// in well under a second, and the upload holds the mutation lock meanwhile.
+const DefaultCheckTimeout = 30 * time.Second
 
 // State is what the agent remembers about a load balancer between
 // restarts and reboots.
@@ -155,10 +164,19 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 // check runs HAProxy's own validation, exactly as every later start and
 // reload loads the config (same -f files, same -L peer).
 func (s *Store) check(ctx context.Context, path, peer string) (string, error) {
+	timeout := s.CheckTimeout
+	if timeout <= 0 {
+		timeout = DefaultCheckTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	out, err := s.Runner.CombinedOutput(ctx, s.HAProxyCmd, "-c", "-L", peer, "-f", path, "-f", s.UserGroupFile)
 	if err != nil {
 		if len(out) == 0 {
 			out = []byte(err.Error())
+		}
+		if ctx.Err() != nil {
+			out = fmt.Appendf(bytes.TrimRight(out, "\n"), "\nhaproxy -c did not finish within %v", timeout)
 		}
 		return string(out), err
 	}

@@ -35,17 +35,7 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &Store{
-		Layout:        Layout{Base: filepath.Join(dir, "lib")},
-		HAProxyCmd:    bin,
-		UserGroupFile: filepath.Join(dir, "user-group.conf"),
-		Runner:        ExecRunner{},
-		Log:           zaptest.NewLogger(t),
-	}
-	// No user/group switch: the test may not run as root.
-	if err := os.WriteFile(st.UserGroupFile, []byte("global\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	st := realStore(t, bin, dir)
 	sup := NewSupervisor(SupervisorOptions{Store: st, Log: zaptest.NewLogger(t),
 		Backoff:      procwatch.Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute},
 		ConfirmAfter: time.Second})
@@ -57,6 +47,22 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 		os.RemoveAll(dir)
 	})
 	return sup, st, haproxytest.FreePort(t)
+}
+
+// realStore keeps its files under dir and checks with the real HAProxy bin.
+func realStore(t *testing.T, bin, dir string) *Store {
+	st := &Store{
+		Layout:        Layout{Base: filepath.Join(dir, "lib")},
+		HAProxyCmd:    bin,
+		UserGroupFile: filepath.Join(dir, "user-group.conf"),
+		Runner:        ExecRunner{},
+		Log:           zaptest.NewLogger(t),
+	}
+	// No user/group switch: the test may not run as root.
+	if err := os.WriteFile(st.UserGroupFile, []byte("global\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func testConfig(st *Store, port int, body string) []byte {

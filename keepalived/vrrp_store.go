@@ -1,7 +1,6 @@
 package keepalived
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,13 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
@@ -142,16 +141,10 @@ func Test(cmdPath, namespace string) Validator {
 	return func(ctx context.Context, path string) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, validateTimeout)
 		defer cancel()
-		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, cmdPath, "-t", "-f", path)
-		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd := procgroup.Command(ctx, cmdPath, "-t", "-f", path)
 		cmd.Env = procwatch.CleanEnv()
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := netns.StartIn(namespace, cmd); err != nil {
-			return err.Error(), err
-		}
-		err := cmd.Wait()
-		text := strings.TrimSpace(out.String())
+		out, err := procgroup.CombinedOutput(cmd, func(cmd *exec.Cmd) error { return netns.StartIn(namespace, cmd) })
+		text := strings.TrimSpace(string(out))
 		var ee *exec.ExitError
 		switch {
 		case err == nil:

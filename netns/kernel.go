@@ -1,7 +1,6 @@
 package netns
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 )
 
 // Link is a network interface as plugging sees it.
@@ -122,14 +123,8 @@ func (k SystemKernel) EnsureNamespace(namespace string) error { return EnsureWit
 
 // Run implements Kernel: the child is started inside the namespace.
 func (k SystemKernel) Run(ctx context.Context, namespace string, argv []string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := StartIn(namespace, cmd); err != nil {
-		return nil, err
-	}
-	err := cmd.Wait()
-	return out.Bytes(), err
+	cmd := procgroup.Command(ctx, argv[0], argv[1:]...)
+	return procgroup.CombinedOutput(cmd, func(cmd *exec.Cmd) error { return StartIn(namespace, cmd) })
 }
 
 // Sysctl implements Kernel.

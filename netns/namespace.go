@@ -12,20 +12,27 @@
 package netns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 )
+
+// modprobeTimeout bounds loading a kernel module: a wedged modprobe must
+// not hold every start of a service in the namespace.
+const modprobeTimeout = 10 * time.Second
 
 // RunDir is where named namespaces are bind-mounted, as `ip netns` does,
 // so `ip netns exec` and upstream's tools find ours.
@@ -112,7 +119,9 @@ func EnsureWith(namespace string, log *zap.Logger) error {
 	}
 	// The IPVS module must be loaded before its per-namespace settings
 	// exist (UDP/SCTP listeners need it); a kernel without it is logged.
-	if out, err := exec.Command("modprobe", "ip_vs").CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), modprobeTimeout)
+	defer cancel()
+	if out, err := procgroup.CombinedOutput(procgroup.Command(ctx, "modprobe", "ip_vs"), nil); err != nil {
 		if _, seen := lacking.LoadOrStore("modprobe ip_vs", true); !seen {
 			log.Warn("cannot load the ip_vs kernel module; UDP and SCTP listeners will not work",
 				zap.Error(err), zap.String("output", strings.TrimSpace(string(out))))

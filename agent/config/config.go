@@ -176,11 +176,22 @@ func Load(sources []Source) (*Config, []string, error) {
 }
 
 // LoadStrict is Load, except that a warning caused by an invalid value is
-// an error too (warnings about unset or deprecated options stay warnings).
-// It validates uploaded configurations before they replace the file.
+// an error too (warnings about unset or deprecated options stay warnings),
+// and so is leaving out an option of ReplacementRequired. It validates a
+// configuration that is to replace the one in force (PUT /1.0/config,
+// SIGHUP).
 func LoadStrict(sources []Source) (*Config, []string, error) {
 	return load(sources, true)
 }
+
+// ReplacementRequired are the options every controller-rendered file sets
+// (spec 5.4 and 5.5: no health managers is written as an empty list, an
+// unset key as None). A file without them is not one a controller wrote,
+// typically an empty or truncated one, and in force it would stop
+// heartbeats or sign them with the key "None", so LoadStrict refuses it.
+// Start-up (Load) still runs on the defaults: there is nothing else to run
+// on, and the API stays up for the controller to put a good file.
+var ReplacementRequired = [][2]string{{secHealth, "controller_ip_port_list"}, {secHealth, "heartbeat_key"}}
 
 func load(sources []Source, strict bool) (*Config, []string, error) {
 	l, cfg, err := run(sources)
@@ -193,7 +204,35 @@ func load(sources []Source, strict bool) (*Config, []string, error) {
 	if strict && len(l.invalid) > 0 {
 		return nil, l.warnings, l.invalid[0]
 	}
+	if strict {
+		if err := l.requireSet(cfg.Sources, ReplacementRequired); err != nil {
+			return nil, l.warnings, err
+		}
+	}
 	return cfg, l.warnings, nil
+}
+
+// requireSet fails unless every option of opts is written in some source.
+func (l *loader) requireSet(sources []string, opts [][2]string) error {
+	var missing []string
+	for _, o := range opts {
+		if _, ok := l.lookup(o[0], o[1]); !ok {
+			missing = append(missing, "["+o[0]+"] "+o[1])
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	where := strings.Join(sources, ", ")
+	if where == "" {
+		where = "no configuration file"
+	}
+	verb, pronoun := "is", "it"
+	if len(missing) > 1 {
+		verb, pronoun = "are", "them"
+	}
+	return fmt.Errorf("%s: %s %s not set; a controller always writes %s (an empty list, or None, when there is no value), so this is not a complete amphora-agent.conf",
+		where, strings.Join(missing, " and "), verb, pronoun)
 }
 
 // codecFormat is the format name the codec is registered under. Viper

@@ -16,7 +16,7 @@ import (
 
 // base sets the two options whose absence always warns, so a case only
 // sees the warnings it causes. Later lines override it.
-const base = "[amphora_agent]\namphora_id = amp-1\n[health_manager]\nheartbeat_key = k\n"
+const base = "[amphora_agent]\namphora_id = amp-1\n[health_manager]\ncontroller_ip_port_list = 192.0.2.1:5555\nheartbeat_key = k\n"
 
 func one(text string) []Source { return []Source{{Name: "t.conf", Data: []byte(text)}} }
 
@@ -58,7 +58,9 @@ func TestLoadValues(t *testing.T) {
 		{"continuation lines", "[health_manager]\nheartbeat_key = a\n  b\n\tc\n", func(c *Config) any { return c.HeartbeatKey }, "a\nb\nc", nil},
 		{"$$ and \\$ are a literal $", "[health_manager]\nheartbeat_key = a$$b\\$c$ 1$\n", func(c *Config) any { return c.HeartbeatKey }, "a$b$c$ 1$", nil},
 		{"heartbeat key verbatim, no HTML unescaping", "[health_manager]\nheartbeat_key = a&amp;b&lt;\n", func(c *Config) any { return c.HeartbeatKey }, "a&amp;b&lt;", nil},
-		{"unknown sections and keys ignored", "[nonsense]\nfoo = bar\n[haproxy_amphora]\nconnection_max_retries = x\nhaproxy_template = y\n[DEFAULT]\nlog_dir = /var/log\n", func(c *Config) any { return *c }, withSources(*defaults(), "t.conf", func(c *Config) { c.AmphoraID, c.HeartbeatKey = "amp-1", "k" }), nil},
+		{"unknown sections and keys ignored", "[nonsense]\nfoo = bar\n[haproxy_amphora]\nconnection_max_retries = x\nhaproxy_template = y\n[DEFAULT]\nlog_dir = /var/log\n", func(c *Config) any { return *c }, withSources(*defaults(), "t.conf", func(c *Config) {
+			c.AmphoraID, c.HeartbeatKey, c.ControllerIPPortList = "amp-1", "k", []string{"192.0.2.1:5555"}
+		}), nil},
 		{"None means default", "[haproxy_amphora]\nbind_port = None\nbase_path = None\n[controller_worker]\nloadbalancer_topology = None\n", func(c *Config) any { return fmt.Sprint(c.BindPort, c.BasePath, c.Topology) }, "9443/var/lib/octaviaSINGLE", nil},
 		{"None for the heartbeat key", "[health_manager]\nheartbeat_key = None\n", func(c *Config) any { return c.HeartbeatKey }, "None", []string{"heartbeat_key is not set"}},
 		{"None for amphora_id", "[amphora_agent]\namphora_id = None\n", func(c *Config) any { return c.AmphoraID }, "", []string{"amphora_id is not set"}},
@@ -346,25 +348,40 @@ func TestHeartbeatLeniency(t *testing.T) {
 	}
 }
 
+// TestUnsetOptions: start-up runs on the defaults; a replacement must set
+// what every controller writes.
 func TestUnsetOptions(t *testing.T) {
-	for _, strict := range []bool{false, true} {
-		load := Load
-		if strict {
-			load = LoadStrict
+	c, warns, err := Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *defaults()
+	want.Sources = []string{}
+	if !reflect.DeepEqual(*c, want) {
+		t.Errorf("got %+v\nwant %+v", *c, want)
+	}
+	checkWarnings(t, warns, []string{"[amphora_agent] amphora_id is not set", "[health_manager] heartbeat_key is not set"})
+	if c.HeartbeatKey != "None" {
+		t.Errorf("HeartbeatKey = %q", c.HeartbeatKey)
+	}
+
+	cases := []struct{ name, in, want string }{
+		{"empty file", "", `t.conf: [health_manager] controller_ip_port_list and [health_manager] heartbeat_key are not set`},
+		{"no list", "[health_manager]\nheartbeat_key = k\n", `t.conf: [health_manager] controller_ip_port_list is not set`},
+		{"no key", "[health_manager]\ncontroller_ip_port_list = 192.0.2.1:5555\n", `t.conf: [health_manager] heartbeat_key is not set`},
+	}
+	for _, tc := range cases {
+		if c, _, err := LoadStrict(one(tc.in)); c != nil || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: LoadStrict = %v, %v; want an error containing %q", tc.name, c, err, tc.want)
 		}
-		c, warns, err := load(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := *defaults()
-		want.Sources = []string{}
-		if !reflect.DeepEqual(*c, want) {
-			t.Errorf("strict=%v: got %+v\nwant %+v", strict, *c, want)
-		}
-		checkWarnings(t, warns, []string{"[amphora_agent] amphora_id is not set", "[health_manager] heartbeat_key is not set"})
-		if c.HeartbeatKey != "None" {
-			t.Errorf("HeartbeatKey = %q", c.HeartbeatKey)
-		}
+	}
+	// What a controller writes when it has neither is complete.
+	if _, _, err := LoadStrict(one("[health_manager]\ncontroller_ip_port_list =\nheartbeat_key = None\n")); err != nil {
+		t.Errorf("empty list and key None: %v", err)
+	}
+	// Set in any of the files is set.
+	if _, _, err := LoadStrict(append(one("[health_manager]\ncontroller_ip_port_list =\n"), Source{Name: "b.conf", Data: []byte("[health_manager]\nheartbeat_key = k\n")})); err != nil {
+		t.Errorf("options split across files: %v", err)
 	}
 }
 
@@ -517,14 +534,18 @@ func TestOptionsTable(t *testing.T) {
 		if o.Help == "" {
 			t.Errorf("%v has no help", k)
 		}
-		if o.Key == "amphora_id" || o.Key == "heartbeat_key" {
+		if o.Key == "amphora_id" {
 			continue // no default
 		}
 		if o.Section != section {
 			section = o.Section
 			fmt.Fprintf(&b, "[%s]\n", section)
 		}
-		fmt.Fprintf(&b, "%s = %s\n", o.Key, o.Default)
+		def := o.Default
+		if o.Key == "heartbeat_key" {
+			def = "None" // how a controller writes it unset
+		}
+		fmt.Fprintf(&b, "%s = %s\n", o.Key, def)
 	}
 	for k := range l.seen {
 		if !listed[k] {

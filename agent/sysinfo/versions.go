@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 )
 
 // DefaultOSRelease is the os-release path LookupVersions normally reads.
@@ -46,19 +47,16 @@ type execRunner struct{}
 // command's lifetime.
 func ExecRunner() Runner { return execRunner{} }
 
-func (execRunner) command(ctx context.Context, name string, args []string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
-	// Don't wait forever on pipes inherited by a grandchild after a kill.
-	cmd.WaitDelay = time.Second
-	return cmd
+func (execRunner) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	var out bytes.Buffer
+	cmd := procgroup.Command(ctx, name, args...)
+	cmd.Stdout = &out
+	err := procgroup.Run(cmd, nil)
+	return out.Bytes(), err
 }
 
-func (e execRunner) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
-	return e.command(ctx, name, args).Output()
-}
-
-func (e execRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
-	return e.command(ctx, name, args).CombinedOutput()
+func (execRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return procgroup.CombinedOutput(procgroup.Command(ctx, name, args...), nil)
 }
 
 type pkgFamily int

@@ -29,8 +29,22 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/fault", "agent/fsutil", "agent/logging", "agent/pidfile", "agent/sysinfo"},
+		from: []string{"agent/fault", "agent/fsutil", "agent/logging", "agent/pidfile", "agent/procgroup"},
 		deny: []string{"..."},
+		// Its own test helper, itself free of the module.
+		allow: []string{"agent/procgroup/procgrouptest"},
+	},
+	{
+		why:  "test helpers of leaf helpers import nothing of this module",
+		from: []string{"agent/procgroup/procgrouptest"},
+		deny: []string{"..."},
+	},
+	{
+		// Package version lookups run commands like everyone else.
+		why:   "host facts import only the command runner",
+		from:  []string{"agent/sysinfo"},
+		deny:  []string{"..."},
+		allow: []string{"agent/procgroup"},
 	},
 	{
 		// The supervision core writes its state atomically and reads pid

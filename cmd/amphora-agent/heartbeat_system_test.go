@@ -197,3 +197,40 @@ func (r *hbReceiver) medianSpacing(gaps int, key string) (time.Duration, []time.
 	}
 	return med, measured
 }
+
+// SIGHUP with a file that PUT /1.0/config would refuse keeps the
+// configuration in force: one error line says why, and heartbeats go on
+// to the same health manager signed with the same key (issue 11, item 3).
+func TestHeartbeatSystemSIGHUPKeepsConfigOnBrokenFile(t *testing.T) {
+	hm := newHBReceiver(t)
+	env := testenv.New(t)
+	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-one\n", hm.addr())
+	env.Start()
+	hm.waitFor(hbWait, "key-one", "the first heartbeat", func(health.Message) bool { return true })
+
+	const refused = "configuration reload failed; keeping the current configuration"
+	cases := []struct{ name, file, why string }{
+		// In force, it would sign with the key "None".
+		{"substitution in the key", env.Config() + "[health_manager]\nheartbeat_key = $foo\n", `substitution of \"$foo\"`},
+		// In force, it would send no heartbeats at all.
+		{"empty file", "", "controller_ip_port_list and [health_manager] heartbeat_key are not set"},
+	}
+	for _, c := range cases {
+		before := env.Count(refused)
+		if err := os.WriteFile(env.ConfigPath, []byte(c.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 10*time.Second, c.name+": the reload refused", func() bool { return env.Count(refused) > before })
+		if n := env.Count(refused, c.why, env.ConfigPath); n != 1 {
+			t.Errorf("%s: %d error lines naming the file and %q, want 1:\n%s", c.name, n, c.why, env.Output())
+		}
+		// Whatever was sent before the refusal is behind us after three
+		// more; each must verify with the old key.
+		for i := 0; i < 3; i++ {
+			hm.waitFor(hbWait, "key-one", c.name+": a heartbeat after SIGHUP", func(health.Message) bool { return true })
+		}
+	}
+}
