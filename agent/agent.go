@@ -50,6 +50,8 @@ type Options struct {
 	LoadBalancers lbRunner
 	// VRRP runs the ACTIVE_STANDBY keepalived; nil supervises the real one.
 	VRRP vrrpRunner
+	// LVS runs the UDP and SCTP listeners; nil supervises real keepalived.
+	LVS lvsRunner
 	// Advertise announces VIPs after a start or reload in SINGLE topology;
 	// nil sends real gratuitous ARP / unsolicited NA.
 	Advertise func(ctx context.Context, namespace string, addrs []netip.Addr) error
@@ -90,6 +92,8 @@ type Agent struct {
 	reloads   coalescer
 	// The ACTIVE_STANDBY keepalived.
 	vrrp vrrpRunner
+	// The UDP and SCTP listeners' keepalived instances.
+	lvs lvsRunner
 }
 
 // New builds an agent around an already loaded configuration.
@@ -147,6 +151,10 @@ func New(o Options) *Agent {
 	if a.vrrp == nil {
 		a.vrrp = a.newVRRP(cfg)
 	}
+	a.lvs = o.LVS
+	if a.lvs == nil {
+		a.lvs = a.newLVS(cfg)
+	}
 	a.lbCerts = certs.Store{Dir: cfg.BaseCertDir}
 	a.advertise = o.Advertise
 	if a.advertise == nil {
@@ -201,6 +209,7 @@ func (a *Agent) RestoreLoadBalancers(ctx context.Context) error {
 func (a *Agent) Close() {
 	a.lbs.Close()
 	a.vrrp.Close()
+	a.lvs.Close()
 }
 
 func (a *Agent) certStore() certs.Store { return a.lbCerts }

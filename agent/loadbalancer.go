@@ -108,6 +108,9 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 
 // loadBalancerAction runs action under the mutation lock.
 func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (string, error) {
+	if a.isLVS(id) {
+		return a.lvsAction(ctx, id, action)
+	}
 	if !a.lbStore.Exists(id) {
 		return "", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+id)
 	}
@@ -183,10 +186,13 @@ func (a *Agent) updateVRRPCheck(excluded string) error {
 }
 
 // DeleteListener stops a load balancer and removes its config, socket and
-// certificates. An id that names no load balancer of ours (unknown, or one
-// of the agent's own folders) succeeds with nothing touched: the
-// controller repeats deletes.
+// certificates, or a UDP or SCTP listener and its files. An id that names
+// neither (unknown, or one of the agent's own folders) succeeds with
+// nothing touched: the controller repeats deletes.
 func (a *Agent) DeleteListener(ctx context.Context, id string) error {
+	if a.isLVS(id) {
+		return a.deleteLVS(ctx, id)
+	}
 	if !a.haproxyLayout().Known(id) {
 		return nil
 	}

@@ -22,16 +22,18 @@ type vrrpRunner interface {
 }
 
 func (a *Agent) newVRRP(cfg *config.Config) *keepalived.VRRP {
-	return keepalived.NewVRRP(keepalived.VRRPOptions{
-		Base: cfg.BasePath,
-		Options: keepalived.Options{
-			Cmd:         cfg.KeepalivedCmd,
-			Namespace:   cfg.Namespace,
-			LogFacility: cfg.AdministrativeLogFacility,
-			ProcDir:     a.procDir,
-			Log:         a.log.Named("keepalived"),
-		},
-	})
+	return keepalived.NewVRRP(keepalived.VRRPOptions{Base: cfg.BasePath, Options: a.keepalivedOptions(cfg, "keepalived")})
+}
+
+// keepalivedOptions are what every keepalived the agent runs shares.
+func (a *Agent) keepalivedOptions(cfg *config.Config, logName string) keepalived.Options {
+	return keepalived.Options{
+		Cmd:         cfg.KeepalivedCmd,
+		Namespace:   cfg.Namespace,
+		LogFacility: cfg.AdministrativeLogFacility,
+		ProcDir:     a.procDir,
+		Log:         a.log.Named(logName),
+	}
 }
 
 func (a *Agent) vrrpLayout() keepalived.VRRPLayout {

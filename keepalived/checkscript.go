@@ -62,3 +62,34 @@ func (c CheckScripts) UpdateHAProxyCheck(lbs []string, excluded string, lvsListe
 	slices.Sort(socks)
 	return fsutil.WriteFile(path, []byte("haproxy-vrrp-check "+strings.Join(socks, " ")+"; exit $?"), 0o644)
 }
+
+// LVSScriptPath is the script that checks the listeners' keepalived.
+func (c CheckScripts) LVSScriptPath() string { return filepath.Join(c.Dir(), "lvs_udp_check.sh") }
+
+// WriteLVSCheck installs the check that fails while a UDP or SCTP
+// listener's keepalived is dead: every main pid file under lvsDir must
+// name a live process. A stopped listener has no pid file (its stop
+// removes it), so only a crash counts, as upstream's
+// `systemctl status` check.
+func (c CheckScripts) WriteLVSCheck(lvsDir string) error {
+	if err := os.MkdirAll(c.Dir(), 0o755); err != nil {
+		return err
+	}
+	return fsutil.WriteFile(c.LVSScriptPath(), []byte(`#!/bin/bash
+
+# Don't try to run the directory when it is empty
+shopt -s nullglob
+
+status=0
+for file in `+lvsDir+`/`+lvsPrefix+`*.pid
+do
+  case $(basename "$file") in
+    *.*.pid) continue ;; # a VRRP or checker child's pid file
+  esac
+  echo "Check keepalived pid file: " $file
+  kill -0 "$(cat "$file")"
+  status=$(( $status + $? ))
+done
+exit $status
+`), 0o755)
+}

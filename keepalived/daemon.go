@@ -161,3 +161,41 @@ func (k *daemon) restore(ctx context.Context) error {
 	defer k.d.Unlock()
 	return k.d.RestoreLocked(ctx, k.d.StartLocked)
 }
+
+// ensureRunning records keepalived as wanted and starts it unless it runs
+// (adopting one left by an earlier agent); with restart, one that runs is
+// stopped and started again instead.
+func (k *daemon) ensureRunning(ctx context.Context, restart bool) error {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	k.d.Lock()
+	defer k.d.Unlock()
+	if err := k.d.SetDesiredLocked(true); err != nil {
+		return err
+	}
+	if k.d.AdoptLocked(ctx) {
+		if !restart {
+			return nil
+		}
+		if err := k.d.StopLocked(); err != nil {
+			return err
+		}
+	}
+	if err := k.d.StartLocked(ctx); err != nil {
+		k.d.RetryLocked(err)
+		return err
+	}
+	return nil
+}
+
+// wantFromUpload records keepalived as wanted unless a state was already
+// recorded: upstream enables the unit on upload, so a configured instance
+// starts at boot, but a later upload does not undo a stop.
+func (k *daemon) wantFromUpload() error {
+	k.d.Lock()
+	defer k.d.Unlock()
+	if _, recorded, err := k.d.ReadDesired(); err == nil && recorded {
+		return nil
+	}
+	return k.d.SetDesiredLocked(true)
+}

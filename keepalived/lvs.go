@@ -4,6 +4,7 @@ package keepalived
 
 import (
 	"bytes"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,7 +25,40 @@ func (l LVSLayout) Dir() string { return filepath.Join(l.Base, "lvs") }
 func (l LVSLayout) ConfigPath(id string) string {
 	return filepath.Join(l.Dir(), lvsPrefix+id+".conf")
 }
-func (l LVSLayout) PidPath(id string) string { return filepath.Join(l.Dir(), lvsPrefix+id+".pid") }
+func (l LVSLayout) PidPath(id string) string { return l.file(id, ".pid") }
+
+func (l LVSLayout) file(id, ext string) string { return filepath.Join(l.Dir(), lvsPrefix+id+ext) }
+
+// CheckDir holds the health-check scripts the controller's configs call.
+func (l LVSLayout) CheckDir() string { return filepath.Join(l.Dir(), "check") }
+
+// UDPCheckPath is the UDP-CONNECT health monitor's MISC_CHECK script.
+func (l LVSLayout) UDPCheckPath() string { return filepath.Join(l.CheckDir(), "udp_check.sh") }
+
+func (l LVSLayout) stagedPath(id string) string { return l.ConfigPath(id) + ".new" }
+func (l LVSLayout) failedPath(id string) string { return l.ConfigPath(id) + ".new-failed" }
+
+// Files are a listener's keepalived files. None ends in ".conf" (a
+// listener) or, but for the main pid file, in ".pid" with no other dot
+// (what the VRRP check counts as a listener's keepalived).
+func (l LVSLayout) Files(id string) Files {
+	return Files{
+		Dir:      l.Dir(),
+		Config:   l.ConfigPath(id),
+		Pid:      l.PidPath(id),
+		VRRPPid:  l.file(id, ".vrrp.pid"),
+		CheckPid: l.file(id, ".check.pid"),
+		Log:      l.file(id, ".log"),
+		State:    l.file(id, ".state.json"),
+	}
+}
+
+// owned is every file the agent or keepalived makes for listener id.
+func (l LVSLayout) owned(id string) []string {
+	f := l.Files(id)
+	return []string{f.Config, f.Pid, f.VRRPPid, f.CheckPid, f.Log, f.Log + ".1", f.State,
+		l.stagedPath(id), l.failedPath(id)}
+}
 
 // Listeners lists LVS listener ids: files named octavia-keepalivedlvs-<id>.conf.
 func (l LVSLayout) Listeners() ([]string, error) {
@@ -81,4 +115,28 @@ func (l LVSLayout) Running(id string) bool {
 		proc = "/proc"
 	}
 	return pidfile.Alive(proc, l.PidPath(id))
+}
+
+// VIPs are the addresses a listener's config serves (§3.6): the first
+// token of each line of every virtual_server_group block, which starts at
+// column 0, up to its closing brace.
+func VIPs(cfg []byte) []netip.Addr {
+	var addrs []netip.Addr
+	in := false
+	for _, line := range strings.Split(string(cfg), "\n") {
+		switch {
+		case strings.HasPrefix(line, "virtual_server_group "):
+			in = true
+		case !in:
+		case strings.HasPrefix(strings.TrimSpace(line), "}"):
+			in = false
+		default:
+			if f := strings.Fields(line); len(f) > 0 {
+				if a, err := netip.ParseAddr(f[0]); err == nil {
+					addrs = append(addrs, a)
+				}
+			}
+		}
+	}
+	return addrs
 }

@@ -59,12 +59,7 @@ func (v *VRRP) Upload(ctx context.Context, body []byte) error {
 	if err := v.store.Upload(ctx, body); err != nil {
 		return err
 	}
-	v.k.d.Lock()
-	defer v.k.d.Unlock()
-	if _, recorded, err := v.k.d.ReadDesired(); err == nil && recorded {
-		return nil
-	}
-	if err := v.k.d.SetDesiredLocked(true); err != nil {
+	if err := v.k.wantFromUpload(); err != nil {
 		return fault.Internalf("%w", err)
 	}
 	return nil

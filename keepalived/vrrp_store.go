@@ -107,22 +107,28 @@ func (s *VRRPStore) Upload(ctx context.Context, body []byte) error {
 	if err := fsutil.WriteFile(l.CheckScriptPath(), []byte(CheckScript(l.CheckScriptsDir())), 0o755); err != nil {
 		return fault.Internalf("writing the VRRP check script: %w", err)
 	}
-	staged := l.stagedPath()
+	return storeValidated(ctx, s.Validate, s.Log, body, l.ConfigPath(), l.stagedPath(), l.failedPath())
+}
+
+// storeValidated stages body next to final, has validate check it, and
+// renames it into place; a refused config is kept as failed for
+// inspection, answered with keepalived's output, and final is untouched.
+func storeValidated(ctx context.Context, validate Validator, log *zap.Logger, body []byte, final, staged, failed string) error {
 	if err := fsutil.WriteFile(staged, body, 0o644); err != nil {
 		return fault.Internalf("staging the keepalived config: %w", err)
 	}
-	if out, err := s.Validate(ctx, staged); err != nil {
-		if rerr := os.Rename(staged, l.failedPath()); rerr != nil {
+	if out, err := validate(ctx, staged); err != nil {
+		if rerr := os.Rename(staged, failed); rerr != nil {
 			os.Remove(staged)
 		}
-		s.Log.Warn("keepalived config rejected", zap.String("output", out), zap.Error(err))
+		log.Warn("keepalived config rejected", zap.String("config", final), zap.String("output", out), zap.Error(err))
 		return fault.Invalid("Invalid request", out)
 	}
-	if err := os.Rename(staged, l.ConfigPath()); err != nil {
+	if err := os.Rename(staged, final); err != nil {
 		os.Remove(staged)
 		return fault.Internalf("storing the keepalived config: %w", err)
 	}
-	if err := fsutil.SyncDir(l.Dir()); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(final)); err != nil {
 		return fault.Internalf("storing the keepalived config: %w", err)
 	}
 	return nil

@@ -40,6 +40,9 @@ type Service interface {
 
 	UploadVRRP(ctx context.Context, body []byte) (string, error)
 	VRRPAction(ctx context.Context, action string) (string, error)
+
+	UploadLVS(ctx context.Context, amphoraID, id string, body []byte) (string, error)
+	LVSConfig(ctx context.Context, id string) ([]byte, error)
 }
 
 // Options tune the HTTP surface.
@@ -96,6 +99,8 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	r.Handle("/1.0/details", s.read(s.details)).Methods(reads...)
 	r.Handle("/1.0/listeners", s.read(s.listeners)).Methods(reads...)
 	r.Handle("/1.0/listeners/{object_id}", s.mutate(s.deleteListener)).Methods(http.MethodDelete)
+	r.Handle("/1.0/listeners/{amphora_id}/{listener_id}/udp_listener", s.mutate(s.uploadLVS)).Methods(http.MethodPut)
+	r.Handle("/1.0/listeners/{listener_id}/udp_listener", s.read(s.getLVS)).Methods(reads...)
 	// Certificates before the haproxy upload: upstream reads
 	// .../x/certificates/haproxy as a certificate named "haproxy".
 	certPath := "/1.0/loadbalancer/{lb_id}/certificates/{filename}"

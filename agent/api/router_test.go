@@ -115,6 +115,19 @@ func (f *fakeService) VRRPAction(_ context.Context, action string) (string, erro
 	return "keepalived " + action + "ed", nil
 }
 
+func (f *fakeService) UploadLVS(_ context.Context, amp, id string, body []byte) (string, error) {
+	f.call("lvs-upload", amp, id, string(body))
+	return "etag-" + id, nil
+}
+
+func (f *fakeService) LVSConfig(_ context.Context, id string) ([]byte, error) {
+	f.call("lvs-config", id)
+	if id == "missing" {
+		return nil, fault.NotFound("UDP Listener Not Found", "No UDP listener with UUID: "+id)
+	}
+	return []byte("virtual_server_group ipv4-group {\n"), nil
+}
+
 func (f *fakeService) record(body []byte) {
 	n := f.inside.Add(1)
 	for {

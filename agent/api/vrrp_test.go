@@ -29,17 +29,31 @@ func TestVRRPRoutes(t *testing.T) {
 		{"PUT", "/1.0/vrrp/upload/x", "", 404, notFoundBody, "", nil},
 	}
 	for _, c := range cases {
-		f := newFake()
-		h := NewHandler(f, zap.NewNop(), Options{})
-		req := httptest.NewRequest(c.method, "/", strings.NewReader(c.body))
-		req.URL.Path = c.path
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != c.status || rec.Body.String() != c.resp || rec.Header().Get("ETag") != c.etag ||
-			rec.Header().Get("Content-Type") != "application/json" || strings.Join(f.calls, "|") != strings.Join(c.calls, "|") {
-			t.Errorf("%s %s = %d %s etag=%q calls=%q\nwant %d %s etag=%q calls=%q", c.method, c.path,
-				rec.Code, rec.Body.String(), rec.Header().Get("ETag"), f.calls, c.status, c.resp, c.etag, c.calls)
-		}
+		checkRoute(t, routeCase{c.method, c.path, c.body, c.status, c.resp, c.etag, "application/json", c.calls})
+	}
+}
+
+// routeCase is one request to a fake service and what must come of it.
+type routeCase struct {
+	method, path, body string
+	status             int
+	resp, etag, ctype  string
+	calls              []string
+}
+
+func checkRoute(t *testing.T, c routeCase) {
+	t.Helper()
+	f := newFake()
+	h := NewHandler(f, zap.NewNop(), Options{})
+	req := httptest.NewRequest(c.method, "/", strings.NewReader(c.body))
+	req.URL.Path = c.path
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != c.status || rec.Body.String() != c.resp || rec.Header().Get("ETag") != c.etag ||
+		rec.Header().Get("Content-Type") != c.ctype || strings.Join(f.calls, "|") != strings.Join(c.calls, "|") {
+		t.Errorf("%s %s = %d %s etag=%q type=%q calls=%q\nwant %d %s etag=%q type=%q calls=%q", c.method, c.path,
+			rec.Code, rec.Body.String(), rec.Header().Get("ETag"), rec.Header().Get("Content-Type"), f.calls,
+			c.status, c.resp, c.etag, c.ctype, c.calls)
 	}
 }
 

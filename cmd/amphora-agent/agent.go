@@ -131,14 +131,20 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		if lbErr != nil {
 			log.Error("restoring load balancers", zap.Error(lbErr))
 		}
-		// keepalived last: its check tracks the load balancers.
+		sd.Status("restoring UDP and SCTP listeners")
+		lvsErr := a.RestoreLVS(ctx)
+		if lvsErr != nil {
+			log.Error("restoring UDP and SCTP listeners", zap.Error(lvsErr))
+		}
+		// The VRRP keepalived last: its check tracks the load balancers
+		// and the listeners.
 		sd.Status("restoring keepalived")
 		vrrpErr := a.RestoreVRRP(ctx)
 		if vrrpErr != nil {
 			log.Error("restoring keepalived", zap.Error(vrrpErr))
 		}
-		restored <- errors.Join(netErr, lbErr, vrrpErr)
-		return errors.Join(lbErr, vrrpErr)
+		restored <- errors.Join(netErr, lbErr, lvsErr, vrrpErr)
+		return errors.Join(lbErr, lvsErr, vrrpErr)
 	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.

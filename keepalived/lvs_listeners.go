@@ -1,0 +1,143 @@
+package keepalived
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+)
+
+// LVSOptions configure the listeners' keepalived instances.
+type LVSOptions struct {
+	Options
+	Base string
+	// Validate checks uploads; nil runs `keepalived -t` in the namespace.
+	Validate Validator
+}
+
+// LVS runs one keepalived per UDP or SCTP listener, each supervised like
+// the VRRP one: wanted from its first upload (upstream enables its unit)
+// and from every start or restart, not from a stop. Closing it leaves
+// them running.
+type LVS struct {
+	store *LVSStore
+	opts  Options
+
+	mu        sync.Mutex
+	instances map[string]*daemon
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NewLVS returns the listeners' supervision; call Restore to pick up the
+// previous state.
+func NewLVS(o LVSOptions) *LVS {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Validate == nil {
+		o.Validate = Test(o.Cmd, o.Namespace)
+	}
+	l := LVSLayout{Base: o.Base, ProcDir: o.ProcDir}
+	return &LVS{store: &LVSStore{Layout: l, Validate: o.Validate, Log: o.Log}, opts: o.Options,
+		instances: map[string]*daemon{}, done: make(chan struct{})}
+}
+
+// Layout names the listeners' files.
+func (s *LVS) Layout() LVSLayout { return s.store.Layout }
+
+// Close stops supervising; keepalived instances keep running.
+func (s *LVS) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+
+func (s *LVS) instance(id string) *daemon {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.instances[id]
+	if k == nil {
+		o := s.opts
+		o.Log = o.Log.With(zap.String("listener", id))
+		k = newDaemon(o, s.store.Layout.Files(id), s.done)
+		s.instances[id] = k
+	}
+	return k
+}
+
+// Upload stores a validated config and, on the first upload, records the
+// listener as wanted. Nothing is started.
+func (s *LVS) Upload(ctx context.Context, id string, body []byte) error {
+	if err := s.store.Upload(ctx, id, body); err != nil {
+		return err
+	}
+	if err := s.instance(id).wantFromUpload(); err != nil {
+		return fault.Internalf("%w", err)
+	}
+	return nil
+}
+
+// Config returns a listener's stored config.
+func (s *LVS) Config(id string) ([]byte, error) { return s.store.Config(id) }
+
+// Exists reports whether listener id has a stored config.
+func (s *LVS) Exists(id string) bool { return s.store.Exists(id) }
+
+// Start starts the listener's keepalived unless it runs.
+func (s *LVS) Start(ctx context.Context, id string) error {
+	return s.ensure(ctx, id, false)
+}
+
+// Restart stops and starts it: unlike a reload, this puts every member
+// back in its initial state, as upstream wants on a controller "reload".
+func (s *LVS) Restart(ctx context.Context, id string) error {
+	return s.ensure(ctx, id, true)
+}
+
+func (s *LVS) ensure(ctx context.Context, id string, restart bool) error {
+	if !s.Exists(id) {
+		return lvsNotFound(id)
+	}
+	return s.instance(id).ensureRunning(ctx, restart)
+}
+
+// Stop stops the listener's keepalived and remembers that it must stay
+// stopped.
+func (s *LVS) Stop(ctx context.Context, id string) error {
+	if !s.Exists(id) {
+		return lvsNotFound(id)
+	}
+	return s.instance(id).stop()
+}
+
+// Delete stops the listener's keepalived and removes its files; an
+// unknown listener is no error. Files stay when it would not stop.
+func (s *LVS) Delete(ctx context.Context, id string) error {
+	if !s.Exists(id) {
+		return nil
+	}
+	err := s.instance(id).remove()
+	s.mu.Lock()
+	delete(s.instances, id) // supervision ended either way
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.store.remove(id)
+}
+
+// Restore brings every stored listener back to its desired state at
+// agent start-up, after the network and the load balancers.
+func (s *LVS) Restore(ctx context.Context) error {
+	ids, err := s.store.Layout.Listeners()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := s.instance(id).restore(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
