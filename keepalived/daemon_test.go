@@ -15,19 +15,22 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
-// fakeKeepalived stands in for keepalived: it writes its pid to -p's file,
-// says "reloaded" on SIGHUP, removes the pid file and exits on SIGTERM,
-// and exits at once with status 1 while the file <dir>/refuse exists.
+// fakeKeepalived stands in for keepalived: it writes its pid to -p's file
+// (and -c's, as the checker child would), says "reloaded" on SIGHUP,
+// removes the pid files and exits on SIGTERM, and exits at once with
+// status 1 while the file <dir>/refuse exists.
 const fakeKeepalived = `#!/bin/sh
 pidfile=""
+checkfile=/dev/null
 while [ $# -gt 0 ]; do
-  case "$1" in -p) pidfile="$2"; shift ;; esac
+  case "$1" in -p) pidfile="$2"; shift ;; -c) checkfile="$2"; shift ;; esac
   shift
 done
 dir=$(dirname "$0")
 if [ -e "$dir/refuse" ]; then echo "fake keepalived: refusing to start"; exit 1; fi
 trap 'echo reloaded' HUP
-trap 'rm -f "$pidfile"; exit 0' TERM
+trap 'rm -f "$pidfile" "$checkfile"; exit 0' TERM
+echo $$ > "$checkfile"
 echo $$ > "$pidfile"
 while :; do sleep 1 & wait $!; done
 `

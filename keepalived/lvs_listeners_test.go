@@ -1,0 +1,187 @@
+package keepalived
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+)
+
+const lvsConf = "net_namespace amphora-haproxy\n\nvirtual_server_group ipv4-group {\n    203.0.113.10 53\n}\n\nvirtual_server group ipv4-group {\n}\n"
+
+// lvs is the listeners' supervision as one agent process would have it;
+// validation refuses configs containing "bogus".
+func (e *fakeEnv) lvs(t *testing.T) *LVS {
+	s := NewLVS(LVSOptions{Base: e.base, Options: e.opts.Options,
+		Validate: func(_ context.Context, path string) (string, error) {
+			data, _ := os.ReadFile(path)
+			if strings.Contains(string(data), "bogus") {
+				return "Unknown keyword 'bogus'", errors.New("exit status 5")
+			}
+			return "", nil
+		}})
+	t.Cleanup(s.Close)
+	t.Cleanup(func() {
+		if pid, err := pidfile.Read(s.Layout().PidPath("l1")); err == nil {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+	return s
+}
+
+func mtime(t *testing.T, path string) (m int64) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.ModTime().UnixNano()
+}
+
+// The heartbeat calls a listener RESTARTING while its config is newer
+// than the checker's pid file (health-and-config §2.6).
+func restarting(t *testing.T, l LVSLayout, id string) bool {
+	return mtime(t, l.ConfigPath(id)) > mtime(t, l.Files(id).CheckPid)
+}
+
+func TestLVSListenerLifecycle(t *testing.T) {
+	e := newFakeEnv(t)
+	s := e.lvs(t)
+	l := s.Layout()
+	ctx := context.Background()
+	if err := s.Start(ctx, "l1"); err == nil {
+		t.Fatal("start without a config succeeded")
+	} else if f, ok := fault.As(err); !ok || f.Message != "UDP Listener Not Found" {
+		t.Fatalf("start without a config: %v", err)
+	}
+
+	// Refused upload: keepalived's output, nothing stored.
+	err := s.Upload(ctx, "l1", []byte("bogus\n"))
+	if f, ok := fault.As(err); !ok || f.Message != "Invalid request" || !strings.Contains(f.Details, "Unknown keyword") {
+		t.Fatalf("invalid upload: %#v", err)
+	}
+	if s.Exists("l1") {
+		t.Fatal("a refused config was stored")
+	}
+	if err := s.Upload(ctx, "l1", []byte(lvsConf)); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(l.UDPCheckPath()); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("udp_check.sh: %v %v", fi, err)
+	}
+	if err := s.Upload(ctx, "l1", []byte("bogus\n")); err == nil {
+		t.Fatal("invalid upload accepted")
+	}
+	if got, _ := s.Config("l1"); string(got) != lvsConf {
+		t.Fatalf("a refused upload replaced the config: %q", got)
+	}
+	if l.Running("l1") || l.Status("l1") != StatusOffline {
+		t.Fatal("upload started keepalived")
+	}
+	if running, recorded, _ := s.instance("l1").d.ReadDesired(); !running || !recorded {
+		t.Fatal("upload did not record the listener as wanted")
+	}
+
+	if err := s.Start(ctx, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := pidfile.Read(l.PidPath("l1"))
+	if !l.Running("l1") || l.Status("l1") != StatusActive || restarting(t, l, "l1") {
+		t.Fatalf("after start: running %v, status %s", l.Running("l1"), l.Status("l1"))
+	}
+	// start of a running listener changes nothing, as systemctl start.
+	if err := s.Start(ctx, "l1"); err != nil || s.instance("l1").d.Pid() != pid {
+		t.Fatalf("second start: %v, pid %d→%d", err, pid, s.instance("l1").d.Pid())
+	}
+	// A new config is "restarting" until the restart the controller sends.
+	if err := s.Upload(ctx, "l1", []byte(lvsConf+"# v2\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !restarting(t, l, "l1") {
+		t.Fatal("a new config is not seen as restarting")
+	}
+	if err := s.Restart(ctx, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	newPid := s.instance("l1").d.Pid()
+	if newPid == pid || restarting(t, l, "l1") {
+		t.Fatalf("restart: pid %d→%d, restarting %v", pid, newPid, restarting(t, l, "l1"))
+	}
+
+	// kill -9: restarted by the supervisor.
+	syscall.Kill(newPid, syscall.SIGKILL)
+	waitUntil(t, "a respawned keepalived", func() bool { p := s.instance("l1").d.Pid(); return p != 0 && p != newPid })
+	pid = s.instance("l1").d.Pid()
+
+	// A new agent adopts it.
+	s.Close()
+	s2 := e.lvs(t)
+	if err := s2.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s2.instance("l1").d.Pid() != pid {
+		t.Fatalf("restore started %d instead of adopting %d", s2.instance("l1").d.Pid(), pid)
+	}
+
+	// Stop is remembered across agents.
+	if err := s2.Stop(ctx, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	if l.Running("l1") || l.Status("l1") != StatusOffline {
+		t.Fatal("running after stop")
+	}
+	s2.Close()
+	s3 := e.lvs(t)
+	if err := s3.Restore(ctx); err != nil || l.Running("l1") {
+		t.Fatalf("restore after stop: running %v, %v", l.Running("l1"), err)
+	}
+	// A reboot (nothing runs) brings a wanted listener back.
+	if err := s3.Start(ctx, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	pid = s3.instance("l1").d.Pid()
+	s3.Close()
+	syscall.Kill(-pid, syscall.SIGKILL)
+	waitUntil(t, "keepalived gone", func() bool { return !l.Running("l1") })
+	s4 := e.lvs(t)
+	if err := s4.Restore(ctx); err != nil || !l.Running("l1") {
+		t.Fatalf("restore after a reboot: running %v, %v", l.Running("l1"), err)
+	}
+
+	// Delete: stopped, and every file made for it gone; the shared check
+	// script and a file the agent did not make stay.
+	stray := filepath.Join(l.Dir(), "octavia-keepalivedlvs-l1.operator-notes")
+	os.WriteFile(stray, nil, 0o644)
+	pid = s4.instance("l1").d.Pid()
+	if err := s4.Delete(ctx, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		t.Fatal("keepalived runs after delete")
+	}
+	entries, _ := os.ReadDir(l.Dir())
+	var left []string
+	for _, en := range entries {
+		left = append(left, en.Name())
+	}
+	if strings.Join(left, " ") != "check octavia-keepalivedlvs-l1.operator-notes" {
+		t.Fatalf("left after delete: %q", left)
+	}
+	if err := s4.Delete(ctx, "l1"); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestLVSVIPs(t *testing.T) {
+	cfg := "virtual_server_group ipv4-group {\n    203.0.113.10 53\n}\n\nvirtual_server_group ipv6-group {\n    2001:db8::10 53\n}\n\nvirtual_server group ipv4-group {\n    real_server 198.51.100.1 53 {\n    }\n}\n"
+	got := VIPs([]byte(cfg))
+	if len(got) != 2 || got[0].String() != "203.0.113.10" || got[1].String() != "2001:db8::10" {
+		t.Fatalf("VIPs = %v", got)
+	}
+}
