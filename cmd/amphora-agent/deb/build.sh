@@ -69,7 +69,7 @@ chmod 0755 "$stage"
 
 install -D -m 0755 "$bin" "$stage/usr/local/bin/amphora-agent"
 # The binary runs a tool when called by one of these names (main.go's aliases).
-for name in amphora-interface haproxy-vrrp-check; do
+for name in amphora-interface haproxy-vrrp-check amphora-health-checker; do
 	ln -s amphora-agent "$stage/usr/local/bin/$name"
 done
 # The LVS masquerade script, under the name upstream's image and the
