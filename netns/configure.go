@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,11 @@ func linkByName(h Handle, name string) (Link, error) {
 // up brings the interface of f up and makes its addresses, static routes
 // and (for the VIP interface) source rules exactly what f lists.
 func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
+	return c.upFrom(ctx, f, nil)
+}
+
+// upFrom is up for an interface whose file replaces prev (nil: none known).
+func (c *configurator) upFrom(ctx context.Context, f, prev *InterfaceFile) error {
 	if f.IsSRIOV && c.rules != nil {
 		if err := c.rules.ensureBase(ctx); err != nil {
 			return err
@@ -92,7 +98,8 @@ func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
 		return err
 	}
 	defer h.Close()
-	if !link.Up {
+	cameUp := !link.Up
+	if cameUp {
 		if f.MTU > 0 && link.MTU != f.MTU {
 			if err := h.SetMTU(link.Index, f.MTU); err != nil {
 				return fmt.Errorf("set MTU %d on %s: %w", f.MTU, f.Name, err)
@@ -129,12 +136,40 @@ func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
 			return err
 		}
 	}
-	for _, s := range f.Scripts.Up {
+	// Up-scripts run when the link comes up, as upstream: re-plugging,
+	// restarting the agent or `interface up` on a link already up would
+	// otherwise append their rules again. On a link already up, a new file
+	// runs only the commands that changed (upstream never does, so a port
+	// that gained an IP family never got that family's masquerade rules).
+	up, down := f.Scripts.Up, []Command(nil)
+	if !cameUp {
+		if prev == nil {
+			return nil
+		}
+		up, down = newCommands(f.Scripts.Up, prev.Scripts.Up), newCommands(prev.Scripts.Down, f.Scripts.Down)
+	}
+	for _, s := range down {
+		if err := c.script(ctx, f.Name, s.Command); err != nil {
+			c.log.Warn("interface down script failed", zap.String("interface", f.Name), zap.Error(err))
+		}
+	}
+	for _, s := range up {
 		if err := c.script(ctx, f.Name, s.Command); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// newCommands are the commands of cmds that old lacks.
+func newCommands(cmds, old []Command) []Command {
+	var out []Command
+	for _, c := range cmds {
+		if !slices.Contains(old, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // ownsRules tells whether the file's interface manages the namespace's

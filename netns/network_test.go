@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -380,7 +381,14 @@ func TestUpdateFailureRestoresPrevious(t *testing.T) {
 // unlike plug/vip's "Error plugging VIP"), puts the previous VIP file back
 // and re-applies it; the controller's retry then succeeds.
 func TestUpdateVIPNetInfoFailure(t *testing.T) {
-	for _, failOp := range []string{"AddAddr", "Run /usr/local/bin/lvs-masquerade.sh add ipv4 eth1"} {
+	// The script only runs for a family the update adds: the link is up.
+	vipNetInfoBody6 := strings.Replace(vipNetInfoBody, `"ip_address": "198.51.100.30", "subnet_cidr": "198.51.100.0/24"`,
+		`"ip_address": "2001:db8:0:2::30", "subnet_cidr": "2001:db8:0:2::/64"`, 1)
+	for _, tc := range []struct{ failOp, body string }{
+		{"AddAddr", vipNetInfoBody},
+		{"Run /usr/local/bin/lvs-masquerade.sh add ipv6 eth1", vipNetInfoBody6},
+	} {
+		failOp := tc.failOp
 		t.Run(failOp, func(t *testing.T) {
 			r := newRig(t, false)
 			ctx := context.Background()
@@ -396,7 +404,7 @@ func TestUpdateVIPNetInfoFailure(t *testing.T) {
 				}
 				return nil
 			}
-			_, err := r.n.PlugNetwork(ctx, []byte(vipNetInfoBody))
+			_, err := r.n.PlugNetwork(ctx, []byte(tc.body))
 			if !failed {
 				t.Fatalf("operation %s never happened", failOp)
 			}
@@ -411,10 +419,10 @@ func TestUpdateVIPNetInfoFailure(t *testing.T) {
 			if a, b := strings.Split(r.state(), "## log")[0], strings.Split(before, "## log")[0]; a != b {
 				t.Errorf("state after the failed update differs\n--- after\n%s\n--- before\n%s", a, b)
 			}
-			if got := r.do(ctx, step{"network", "", vipNetInfoBody}); got != "ok: Updated existing interface eth1" {
+			if got := r.do(ctx, step{"network", "", tc.body}); got != "ok: Updated existing interface eth1" {
 				t.Fatalf("retry: %s", got)
 			}
-			if dump := r.k.Dump(); !strings.Contains(dump, "addr 198.51.100.30/24") {
+			if dump := r.k.Dump(); !strings.Contains(dump, "addr 198.51.100.30/24") && !strings.Contains(dump, "addr 2001:db8:0:2::30/64") {
 				t.Errorf("the retry did not add the new fixed IP:\n%s", dump)
 			}
 		})
@@ -515,4 +523,33 @@ func dumpFiles(dir string) string {
 		return nil
 	})
 	return b.String()
+}
+
+// TestScriptsRunWhenLinkComesUp: `interface up` on a link already up (an
+// agent restart, the image's amphora-interface) leaves the up-scripts
+// alone, as upstream; after `down` the next `up` runs them again.
+func TestScriptsRunWhenLinkComesUp(t *testing.T) {
+	r := newRig(t, false)
+	ctx := context.Background()
+	if got := r.do(ctx, step{"vip", "203.0.113.10", vipBody4}); !strings.HasPrefix(got, "ok") {
+		t.Fatal(got)
+	}
+	scripts := func() []string {
+		var runs []string
+		for _, l := range r.k.Log() {
+			if strings.Contains(l, "lvs-masquerade.sh") {
+				runs = append(runs, strings.TrimPrefix(l, "run in "+testNS+": /usr/local/bin/lvs-masquerade.sh "))
+			}
+		}
+		return runs
+	}
+	for _, action := range []string{"up", "up", "up", "down", "up", "up"} {
+		if err := r.n.Interfaces(ctx, action, "eth1"); err != nil {
+			t.Fatalf("interface %s: %v", action, err)
+		}
+	}
+	want := []string{"add ipv4 eth1", "delete ipv4 eth1", "add ipv4 eth1"}
+	if got := scripts(); !slices.Equal(got, want) {
+		t.Errorf("scripts run: %q, want %q", got, want)
+	}
 }

@@ -291,11 +291,11 @@ func (n *Network) update(ctx context.Context, file *InterfaceFile) error {
 	if err != nil {
 		return err
 	}
-	if err := n.conf.up(ctx, file); err != nil {
+	if err := n.conf.upFrom(ctx, file, old); err != nil {
 		n.log.Warn("update failed; restoring the previous configuration", zap.String("interface", file.Name), zap.Error(err))
 		restore()
 		if old != nil {
-			if rerr := n.conf.up(context.WithoutCancel(ctx), old); rerr != nil {
+			if rerr := n.conf.upFrom(context.WithoutCancel(ctx), old, file); rerr != nil {
 				n.log.Error("cannot re-apply the previous configuration", zap.String("interface", file.Name), zap.Error(rerr))
 			}
 		}

@@ -39,6 +39,13 @@ const (
 	debUnitDir = "/lib/systemd/system"
 )
 
+// The LVS masquerade script, under upstream's image name and Debian's
+// octavia-agent name.
+const (
+	debMasquerade       = "/usr/local/bin/lvs-masquerade.sh"
+	debDebianMasquerade = "/usr/bin/octavia-agent-lvs-masquerade"
+)
+
 // debDepends is what the package must depend on: the daemons and tools
 // the agent runs.
 var debDepends = []string{"haproxy", "keepalived", "ipvsadm", "iproute2", "nftables"}
@@ -178,6 +185,8 @@ func checkDebContents(t *testing.T, deb string) {
 		debUnitDir + "/amphora-config-drive.service":               {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/copyright":                   {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/examples/amphora-agent.conf": {mode: "-rw-r--r--"},
+		debMasquerade:       {mode: "-rwxr-xr-x"},
+		debDebianMasquerade: {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
 	}
 	// The names the binary answers to (main.go) are the links it ships.
 	for alias := range aliases {
@@ -324,6 +333,16 @@ func checkInstalled(t *testing.T, root string, in func(time.Duration, ...string)
 	}
 	unit := filepath.Join(root, debUnitDir, debUnit)
 	sameFile(t, unit, filepath.Join(cmdDir(), debUnit))
+	sameFile(t, filepath.Join(root, debMasquerade), filepath.Join(cmdDir(), "lvs-masquerade.sh"))
+	// Both names run the script under the image's /bin/sh; without
+	// arguments it only prints its usage (running it for real would
+	// change the host's firewall: the chroot shares its namespace).
+	for _, name := range []string{debMasquerade, debDebianMasquerade} {
+		_, stderr, err := tryFor(10*time.Second, "chroot", root, name)
+		if exitCode(err) != 1 || !strings.Contains(stderr, "usage: ") {
+			t.Errorf("%s without arguments: %q %v, want its usage and status 1", name, stderr, err)
+		}
+	}
 
 	// Enabled means a link in each target's .wants the unit's [Install] names.
 	targets := wantedBy(t, unit)

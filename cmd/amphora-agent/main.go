@@ -31,6 +31,7 @@ var subcommands = map[string]subcommand{
 	"interface":          {summary: "up|down <name|all>: apply or remove interface files in the namespace", run: runInterface},
 	"haproxy-vrrp-check": {summary: "<stats socket>...: keepalived's HAProxy health check", run: runVRRPCheck},
 	"config-drive":       {summary: "write the files of Nova's config drive (once per instance)", run: runConfigDrive},
+	"health-checker":     {summary: "sctp [-t SECONDS] <address> <port>: keepalived's SCTP member check", run: runHealthCheck},
 }
 
 // aliases are the names image scripts call: a symlink with one of these
@@ -38,6 +39,8 @@ var subcommands = map[string]subcommand{
 var aliases = map[string]string{
 	"amphora-interface":  "interface",
 	"haproxy-vrrp-check": "haproxy-vrrp-check",
+	// Octavia's LVS template names it in keepalived's MISC_CHECK.
+	"amphora-health-checker": "health-checker",
 }
 
 func main() {

@@ -58,6 +58,7 @@ func TestArgsForAliases(t *testing.T) {
 	for argv0, want := range map[string][]string{
 		"/usr/local/bin/haproxy-vrrp-check": {"haproxy-vrrp-check", "a.sock"},
 		"/usr/local/bin/amphora-interface":  {"interface", "a.sock"},
+		"amphora-health-checker":            {"health-checker", "a.sock"},
 		"/usr/bin/amphora-agent":            {"a.sock"},
 	} {
 		if got := argsFor([]string{argv0, "a.sock"}); !reflect.DeepEqual(got, want) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the amphora-agent Debian package (bookworm, amd64) with plain
-# dpkg-deb: the package is one static binary, two symlinks, a unit and two
-# documents, which needs no packaging framework.
+# dpkg-deb: the package is one static binary and its symlinks, a shell
+# script, two units and two documents, which needs no packaging framework.
 #
 #   build.sh BINARY VERSION OUTDIR
 #
@@ -69,9 +69,15 @@ chmod 0755 "$stage"
 
 install -D -m 0755 "$bin" "$stage/usr/local/bin/amphora-agent"
 # The binary runs a tool when called by one of these names (main.go's aliases).
-for name in amphora-interface haproxy-vrrp-check; do
+for name in amphora-interface haproxy-vrrp-check amphora-health-checker; do
 	ln -s amphora-agent "$stage/usr/local/bin/$name"
 done
+# The LVS masquerade script, under the name upstream's image and the
+# agent's lvs_masquerade_script default use, and the one Debian's
+# octavia-agent installs (and its interface files name, found on PATH).
+install -m 0755 "$(dirname "$unit")/lvs-masquerade.sh" "$stage/usr/local/bin/lvs-masquerade.sh"
+install -d -m 0755 "$stage/usr/bin"
+ln -s ../local/bin/lvs-masquerade.sh "$stage/usr/bin/octavia-agent-lvs-masquerade"
 install -D -m 0644 "$unit" "$stage/lib/systemd/system/amphora-agent.service"
 install -D -m 0644 "$(dirname "$unit")/amphora-config-drive.service" "$stage/lib/systemd/system/amphora-config-drive.service"
 doc=$stage/usr/share/doc/amphora-agent

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
+)
+
+// healthCheckUsage is the command line Octavia's LVS template renders
+// into keepalived's MISC_CHECK (misc_path).
+const healthCheckUsage = "usage: amphora-health-checker sctp [-t SECONDS] ADDRESS PORT"
+
+// healthCheckDefaultTimeout is upstream's, when -t is not given.
+const healthCheckDefaultTimeout = 3 * time.Second
+
+// healthCheckArgs is a parsed health-checker command line.
+type healthCheckArgs struct {
+	addr    netip.Addr
+	port    uint16
+	timeout time.Duration
+}
+
+// parseHealthCheck reads upstream's arguments: the protocol first, then
+// an optional "-t SECONDS" (only there, as upstream), the member's
+// address and port.
+func parseHealthCheck(args []string) (healthCheckArgs, error) {
+	a := healthCheckArgs{timeout: healthCheckDefaultTimeout}
+	if len(args) == 0 {
+		return a, errors.New("missing protocol")
+	}
+	protocol, args := args[0], args[1:]
+	if !strings.EqualFold(protocol, "sctp") {
+		return a, fmt.Errorf("Unsupported protocol '%s'", protocol)
+	}
+	if len(args) > 0 && args[0] == "-t" {
+		if len(args) < 2 {
+			return a, errors.New("-t needs a number of seconds")
+		}
+		s, err := strconv.Atoi(args[1])
+		if err != nil || s < 0 {
+			return a, fmt.Errorf("invalid timeout %q", args[1])
+		}
+		a.timeout = time.Duration(s) * time.Second
+		args = args[2:]
+	}
+	if len(args) != 2 {
+		return a, errors.New("want an address and a port")
+	}
+	addr, err := netip.ParseAddr(args[0])
+	if err != nil {
+		return a, fmt.Errorf("invalid address %q", args[0])
+	}
+	port, err := strconv.ParseUint(args[1], 10, 16)
+	if err != nil || port == 0 {
+		return a, fmt.Errorf("invalid port %q", args[1])
+	}
+	a.addr, a.port = addr, uint16(port)
+	return a, nil
+}
+
+// runHealthCheck is the image's amphora-health-checker: keepalived runs it
+// for each member of an SCTP pool with a health monitor. The exit code is
+// upstream's: 0 up (INIT ACK), 1 down (ABORT, or no probe possible),
+// 2 no answer in time, 3 another answer.
+func runHealthCheck(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprintln(stdout, healthCheckUsage)
+		return 0
+	}
+	a, err := parseHealthCheck(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "amphora-health-checker: %v\n%s\n", err, healthCheckUsage)
+		return int(sctpcheck.Down)
+	}
+	res, err := sctpcheck.Probe(context.Background(), a.addr, a.port, a.timeout, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "amphora-health-checker: %v\n", err)
+		return int(sctpcheck.Down)
+	}
+	return int(res)
+}
