@@ -177,7 +177,7 @@ func TestSystemdNotify(t *testing.T) {
 			statuses = append(statuses, m.text)
 		}
 	}
-	want := []string{"STATUS=restoring network namespace", "STATUS=restoring load balancers", "STATUS=restoring keepalived"}
+	want := []string{"STATUS=restoring network namespace", "STATUS=restoring load balancers", "STATUS=restoring UDP and SCTP listeners", "STATUS=restoring keepalived"}
 	if strings.Join(statuses, "|") != strings.Join(want, "|") {
 		t.Errorf("statuses before READY=1: %q, want %q", statuses, want)
 	}
