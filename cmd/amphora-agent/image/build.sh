@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:-${AMPHORA_IMAGE_CACHE:-/var/tmp/amphora-agent-image}}
 suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping
+packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping
 key=$(cat "$0" "$here"/files/* | sha256sum | cut -c1-16)
 out=$cache/$key
 if [ -f "$out/base.qcow2" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
