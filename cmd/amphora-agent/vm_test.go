@@ -376,13 +376,10 @@ func waitServed(t *testing.T, n *vmNet, timeout time.Duration) {
 	t.Helper()
 	c := n.client.HTTPClient(false)
 	c.Timeout = 3 * time.Second
-	var last error
 	testenv.WaitFor(t, timeout, "traffic through the VIP", func() bool {
 		m, err := getMember(c, "http://"+vmVIP+"/", "X-Member")
-		last = err
 		return err == nil && m == "member-1"
 	})
-	_ = last
 }
 
 // mainPID is the agent's pid as systemd knows it.
