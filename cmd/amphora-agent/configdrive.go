@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -9,11 +10,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 )
 
 // The config drive is how Nova hands an instance the files the controller
@@ -47,16 +50,17 @@ func runConfigDrive(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	deadline := time.Now().Add(configDriveWait)
-	for {
-		if _, err := os.Stat(*device); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
+	if _, err := os.Stat(*device); err != nil {
+		// Early in boot udev may not have named the disk yet: once its
+		// queue is empty, a missing link means there is no config drive
+		// (an image booted without one does not wait on every boot).
+		ctx, cancel := context.WithTimeout(context.Background(), configDriveWait+time.Second)
+		procgroup.Run(procgroup.Command(ctx, "udevadm", "settle", "--timeout="+strconv.Itoa(int(configDriveWait.Seconds()))), nil)
+		cancel()
+		if _, err := os.Stat(*device); err != nil {
 			fmt.Fprintf(stdout, "no config drive (%s): nothing to apply\n", *device)
 			return 0
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	// /run: early in boot /tmp may not be mounted yet.
 	mnt, err := os.MkdirTemp("/run", "config-drive-")
