@@ -295,6 +295,10 @@ func writeSysctl(key, value string) error {
 	return err
 }
 
+// Do runs fn on an OS thread inside the named namespace, for reads that
+// follow the calling thread's namespace (/proc/thread-self/net/...).
+func Do(namespace string, fn func() error) error { return onThreadIn(namespace, fn) }
+
 // onThreadIn runs fn on a fresh OS thread that is first moved into the
 // named namespace ("" leaves it where it is). The goroutine exits with the
 // thread still locked, which makes the runtime terminate the thread

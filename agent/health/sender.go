@@ -13,6 +13,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
+	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 )
 
 // logEvery is how often one kind of trouble may be logged.
@@ -26,7 +27,8 @@ type Options struct {
 	Log    *zap.Logger
 	// HAProxy defaults to LayoutSource over base_path.
 	HAProxy HAProxySource
-	// LVS defaults to PendingLVS over base_path/lvs.
+	// LVS defaults to KernelLVS over base_path/lvs and the IPVS table of
+	// the configured network namespace.
 	LVS LVSSource
 	// ReadRetryBudget bounds the retries of one LB's stats read
 	// (DefaultReadRetryBudget when zero).
@@ -89,7 +91,7 @@ func New(o Options) *Sender {
 		s.haproxy = LayoutSource{Layout: haproxy.Layout{Base: s.base}}
 	}
 	if s.lvs == nil {
-		s.lvs = PendingLVS{Layout: keepalived.LVSLayout{Base: s.base}}
+		s.lvs = KernelLVS{Layout: keepalived.LVSLayout{Base: s.base}, IPVS: ipvs.Kernel{Namespace: o.Config.Namespace}}
 	}
 	if s.retryBudget <= 0 {
 		s.retryBudget = DefaultReadRetryBudget

@@ -20,7 +20,6 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
-	"github.com/amphora-agent/amphora-agent/keepalived"
 )
 
 const testKey = "insecure"
@@ -418,31 +417,5 @@ func TestLVSListenersInMessage(t *testing.T) {
 	}
 	if logs.FilterMessage("LVS listeners").Len() != 1 {
 		t.Error("the LVS error was not logged")
-	}
-}
-
-// Until LVS reporting exists, running LVS listeners are named in an
-// error instead of vanishing silently; with none there is nothing to say.
-func TestPendingLVS(t *testing.T) {
-	base := t.TempDir()
-	p := PendingLVS{Layout: keepalived.LVSLayout{Base: base}}
-	if r, err := p.LVS(context.Background()); err != nil || len(r.Listeners) != 0 {
-		t.Fatalf("no lvs folder: %+v, %v", r, err)
-	}
-	dir := filepath.Join(base, "lvs")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range map[string]string{
-		"octavia-keepalivedlvs-running.conf": "", "octavia-keepalivedlvs-running.pid": strconv.Itoa(os.Getpid()),
-		"octavia-keepalivedlvs-stopped.conf": "",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err := p.LVS(context.Background())
-	if !errors.Is(err, ErrLVSUnsupported) || !strings.Contains(err.Error(), "left out: running") || strings.Contains(err.Error(), "stopped") {
-		t.Fatalf("err = %v", err)
 	}
 }

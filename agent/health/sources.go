@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 
@@ -77,34 +76,6 @@ type LVSSource interface {
 type NoLVS struct{}
 
 func (NoLVS) LVS(context.Context) (Reading, error) { return Reading{}, nil }
-
-// ErrLVSUnsupported means LVS listeners run but the agent cannot report
-// them yet.
-var ErrLVSUnsupported = errors.New("LVS (UDP/SCTP) listener status is not implemented yet")
-
-// PendingLVS stands in until LVS status reporting exists: it reports
-// nothing when no LVS listener runs, and otherwise says, as an error, which
-// listeners are left out (the HM will count them as missing).
-type PendingLVS struct {
-	Layout keepalived.LVSLayout
-}
-
-func (p PendingLVS) LVS(context.Context) (Reading, error) {
-	ids, err := p.Layout.Listeners()
-	if err != nil {
-		return Reading{}, err
-	}
-	var running []string
-	for _, id := range ids {
-		if p.Layout.Running(id) {
-			running = append(running, id)
-		}
-	}
-	if len(running) == 0 {
-		return Reading{}, nil
-	}
-	return Reading{}, fmt.Errorf("%w; left out: %s", ErrLVSUnsupported, strings.Join(running, ", "))
-}
 
 // keepalivedGate returns why no heartbeat may be sent, or "": when the
 // controller has uploaded a VRRP configuration, keepalived must run. An
