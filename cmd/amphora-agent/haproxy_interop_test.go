@@ -384,9 +384,10 @@ type hapFixture struct {
 	start   time.Time
 }
 
-// newHAPFixture builds the topology, starts the agent in it and the
-// controller script with the common arguments plus extra(f).
-func newHAPFixture(t *testing.T, extra func(f *hapFixture) []string) *hapFixture {
+// newHAPFixture builds the topology, starts the agent in it (after
+// before(f), which may add to its configuration) and the controller script
+// with the common arguments plus extra(f).
+func newHAPFixture(t *testing.T, extra func(f *hapFixture) []string, before ...func(f *hapFixture)) *hapFixture {
 	requireOctavia(t)
 	f := &hapFixture{t: t, start: time.Now()}
 	f.ns, f.lb, f.env = newLBEnv(t)
@@ -396,6 +397,9 @@ func newHAPFixture(t *testing.T, extra func(f *hapFixture) []string) *hapFixture
 	f.sock = filepath.Join(f.base, hapLB+".sock")
 	// HAProxy outlives the agent by design; the test stops it.
 	f.hap = watchHAProxy(t, filepath.Join(f.lbDir, hapLB+".pid"))
+	for _, b := range before {
+		b(f)
+	}
 	f.env.Start()
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -58,10 +58,6 @@ type hmReport struct {
 // statuses Octavia shows; the same datagrams are rejected with another key.
 func TestInteropHeartbeatHealthManager(t *testing.T) {
 	requireOctavia(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "heartbeat", "hm_receive.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key = "interop-Key_42"
 	hm := newHBReceiver(t)
 	env := testenv.New(t)
@@ -134,25 +130,7 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 		"listeners": map[string]any{hbListener: map[string]any{"operating_status": unknown, "protocol": "HTTP", "enabled": true}},
 		"pools":     map[string]any{hbPool: map[string]any{"operating_status": unknown, "members": dbMembers}},
 	}
-	var hexes []string
-	for _, d := range datagrams {
-		hexes = append(hexes, hex.EncodeToString(d))
-	}
-	req, _ := json.Marshal(map[string]any{"key": key, "wrong_key": key + "x", "datagrams": hexes, "db_lb": dbLB})
-	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, script)
-	cmd.Env = pythonEnv()
-	cmd.Stdin = bytes.NewReader(req)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("health manager script: %v\n%s", err, stderr.String())
-	}
-	var reports []hmReport
-	if err := json.Unmarshal(stdout.Bytes(), &reports); err != nil || len(reports) != len(datagrams) {
-		t.Fatalf("report %q: %v", stdout.String(), err)
-	}
+	reports := hmReceive(t, key, datagrams, dbLB)
 
 	for i, r := range reports {
 		m := msgs[i]
@@ -259,4 +237,35 @@ func freeLoopbackPort(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// hmReceive runs testdata/heartbeat/hm_receive.py: the real health
+// manager code on each datagram, against dbLB as the controller's
+// database holds the load balancer; one report per datagram.
+func hmReceive(t *testing.T, key string, datagrams [][]byte, dbLB map[string]any) []hmReport {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("testdata", "heartbeat", "hm_receive.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hexes []string
+	for _, d := range datagrams {
+		hexes = append(hexes, hex.EncodeToString(d))
+	}
+	req, _ := json.Marshal(map[string]any{"key": key, "wrong_key": key + "x", "datagrams": hexes, "db_lb": dbLB})
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, debianPython, script)
+	cmd.Env = pythonEnv()
+	cmd.Stdin = bytes.NewReader(req)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("health manager script: %v\n%s", err, stderr.String())
+	}
+	var reports []hmReport
+	if err := json.Unmarshal(stdout.Bytes(), &reports); err != nil || len(reports) != len(datagrams) {
+		t.Fatalf("report %q: %v", stdout.String(), err)
+	}
+	return reports
 }

@@ -14,7 +14,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -107,6 +109,10 @@ func (k Kernel) Read(ctx context.Context) (Table, error) {
 		procData, err = os.ReadFile("/proc/thread-self/net/ip_vs")
 		return err
 	})
+	if errors.Is(err, fs.ErrNotExist) {
+		// The ip_vs module is not loaded: no virtual service exists.
+		return Table{}, nil
+	}
 	if err != nil {
 		return Table{}, fmt.Errorf("reading the IPVS table: %w", err)
 	}

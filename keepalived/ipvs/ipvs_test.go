@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"context"
 	"net/netip"
 	"os"
 	"reflect"
@@ -73,5 +74,17 @@ func TestParseErrors(t *testing.T) {
 		if _, err := ParseStats([]byte(in)); err == nil {
 			t.Errorf("%s: parsed", name)
 		}
+	}
+}
+
+// Without the ip_vs module (this host's kernel) there is no table: empty,
+// not an error.
+func TestKernelWithoutIPVS(t *testing.T) {
+	if _, err := os.Stat("/proc/net/ip_vs"); err == nil {
+		t.Skip("this kernel has IPVS loaded")
+	}
+	table, err := Kernel{}.Read(context.Background())
+	if err != nil || len(table.Services) != 0 {
+		t.Fatalf("%+v %v", table, err)
 	}
 }

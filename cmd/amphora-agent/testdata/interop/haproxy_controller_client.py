@@ -16,7 +16,9 @@ in for Barbican), which the driver reads like any cert manager.
 The script runs in phases so the Go test can look at the amphora between
 them: create, update, start, status, cert-upload, cert-delete, delete
 for an HTTP listener; tls-create, tls-rotate, tls-delete-listener for a
-load balancer that also has a TERMINATED_HTTPS listener. It prints one
+load balancer that also has a TERMINATED_HTTPS listener; lvs-create,
+lvs-reload, lvs-delete for a load balancer that also has the UDP and SCTP
+listeners of --lvs-spec (rendered by the driver's own LVS templater). It prints one
 JSON line {"phase": "ready", ...} after start-up, then reads one phase
 name per line on stdin ("quit" ends it), runs it and prints one JSON line:
 
@@ -33,6 +35,7 @@ and ends the script with status 1. All of octavia's logging goes to stderr.
 """
 
 import hashlib
+import json
 import os
 import sys
 import time
@@ -46,7 +49,7 @@ import octavia_controller  # noqa: E402
 RECORDED = ('get_api_version', 'get_info', 'get_details', 'upload_config',
             'start_listener', 'reload_listener', 'get_all_listeners',
             'upload_cert_pem', 'get_cert_md5sum', 'delete_cert_pem',
-            'delete_listener')
+            'delete_listener', 'upload_udp_config')
 
 BODY_LIMIT = 4000
 
@@ -78,6 +81,16 @@ def parse_args():
                    help='CERTFILE,KEYFILE of a tenant certificate, stored '
                         'in the local cert manager: the first for '
                         'tls-create, the second for tls-rotate')
+    # The LVS phases (lvs-*) only.
+    p.add_argument('--lvs-spec', default='[]',
+                   help='JSON list of UDP/SCTP listeners: {"id", "protocol", '
+                        '"port", "pool_id", "monitor": null or {"id", '
+                        '"delay", "timeout", "fall"}, "members": [{"id", '
+                        '"address", "port", "weight", "enabled"}]}')
+    p.add_argument('--namespace', default=None,
+                   help="the agent's network_namespace when it is not "
+                        "amphora-haproxy (tests beside each other on one "
+                        "host): the LVS templater writes it as net_namespace")
     return p.parse_args()
 
 
@@ -233,6 +246,10 @@ class Controller(object):
             self.members.append((mid, addr, int(port)))
         self.listener = None
         self.pem = None
+        self.lvs_spec = json.loads(args.lvs_spec)
+        if args.namespace:
+            # The templater renders constants.AMPHORA_NAMESPACE.
+            constants.AMPHORA_NAMESPACE = args.namespace
 
         # Tenant certificates, stored as a user's TLS containers would be.
         from oslo_context import context as oslo_context
@@ -270,10 +287,11 @@ class Controller(object):
         return octavia_controller.amphora(self.args.amphora_id,
                                           self.args.lb_network_ip)
 
-    def load_balancer(self, amp, n_members, tls=False):
+    def load_balancer(self, amp, n_members, tls=False, lvs=False):
         """The sample load balancer with one HTTP listener and its pool,
         and with tls also a TERMINATED_HTTPS listener with its own pool
-        whose certificate is the current tenant certificate."""
+        whose certificate is the current tenant certificate; with lvs also
+        the UDP and SCTP listeners of --lvs-spec."""
         s, a = self.sample, self.args
         lb = s.sample_listener_loadbalancer_tuple()._replace(
             id=a.lb_id, vip=s.sample_vip_tuple(ip_address=a.vip),
@@ -307,7 +325,32 @@ class Controller(object):
                     tls_certificate_id=self.tls_ref,
                     default_tls_container=None,
                     default_pool=tls_pool, pools=[tls_pool]))
+        if lvs:
+            lb.listeners.extend(self.lvs_listener(spec, lb)
+                                for spec in self.lvs_spec)
         return lb
+
+    def lvs_listener(self, spec, lb):
+        """A UDP or SCTP listener with its default pool, members and
+        monitor (UDP-CONNECT or SCTP) from one --lvs-spec entry."""
+        s, proto = self.sample, spec['protocol']
+        members = [
+            s.sample_member_tuple(m['id'], m['address'],
+                                  enabled=m.get('enabled', True))._replace(
+                protocol_port=m['port'], weight=m.get('weight', 1))
+            for m in spec['members']]
+        pool = s.sample_pool_tuple(
+            proto=proto, monitor=spec.get('monitor') is not None,
+            persistence=False)._replace(id=spec['pool_id'], members=members)
+        if spec.get('monitor'):
+            mon = spec['monitor']
+            pool = pool._replace(health_monitor=pool.health_monitor._replace(
+                id=mon['id'], delay=mon['delay'], timeout=mon['timeout'],
+                fall_threshold=mon['fall'], rise_threshold=1))
+        return s.sample_listener_tuple(
+            proto=proto, monitor=False, persistence=False)._replace(
+                id=spec['id'], protocol_port=spec['port'], load_balancer=lb,
+                connection_limit=-1, default_pool=pool, pools=[pool])
 
     def uploaded_configs(self):
         """The configs upload_config sent in this phase (the driver
@@ -327,6 +370,15 @@ class Controller(object):
             finally:
                 rec.calls[-1]['config'] = config
         client.upload_config = upload_config
+
+        recorded_udp = client.upload_udp_config
+
+        def upload_udp_config(amp, listener_id, config, *a, **kw):
+            try:
+                return recorded_udp(amp, listener_id, config, *a, **kw)
+            finally:
+                rec.calls[-1]['config'] = config
+        client.upload_udp_config = upload_udp_config
 
     # Phases ------------------------------------------------------------
 
@@ -432,6 +484,40 @@ class Controller(object):
         self.drv.delete(lb.listeners[1])
         return {'api_version': amp.api_version,
                 'configs': self.uploaded_configs()}
+
+    def lvs_configs(self):
+        return {c['args'][1]: c['config'] for c in self.rec.calls
+                if c['call'] == 'upload_udp_config' and 'config' in c}
+
+    def phase_lvs_create(self):
+        """The load balancer gains UDP/SCTP listeners: one
+        update_amphora_listeners call sends every listener, HTTP and LVS
+        (upload_udp_config and reload_listener per LVS listener, then the
+        HAProxy config and its reload)."""
+        amp = self.amphora()
+        lb = self.load_balancer(amp, len(self.members), lvs=True)
+        self.drv.update_amphora_listeners(lb, amp)
+        return {'api_version': amp.api_version,
+                'lvs_configs': self.lvs_configs(),
+                'configs': self.uploaded_configs()}
+
+    def phase_lvs_reload(self):
+        """The driver's reload of the whole load balancer: reload_listener
+        for each LVS listener id and for the load balancer id."""
+        amp = self.amphora()
+        lb = self.load_balancer(amp, len(self.members), lvs=True)
+        self.drv.reload(lb, amp)
+        return {'listeners': self.client.get_all_listeners(amp)}
+
+    def phase_lvs_delete(self):
+        """Delete the LVS listeners (driver.delete sends DELETE
+        /1.0/listeners/{listener_id} for each); the HTTP one stays."""
+        amp = self.amphora()
+        lb = self.load_balancer(amp, len(self.members), lvs=True)
+        for listener in lb.listeners:
+            if listener.protocol in self.constants.LVS_PROTOCOLS:
+                self.drv.delete(listener)
+        return {'listeners': self.client.get_all_listeners(amp)}
 
     def phase_delete(self):
         """Listener delete of the last listener (driver.delete), which
