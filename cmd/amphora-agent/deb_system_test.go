@@ -48,7 +48,7 @@ const (
 
 // debDepends is what the package must depend on: the daemons and tools
 // the agent runs.
-var debDepends = []string{"haproxy", "keepalived", "ipvsadm", "iproute2", "nftables"}
+var debDepends = []string{"haproxy", "keepalived", "ipvsadm", "iproute2", "nftables", "netcat-openbsd"}
 
 func TestDebPackage(t *testing.T) {
 	if os.Geteuid() != 0 {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -209,15 +210,46 @@ print(json.dumps(status_message.unwrap_envelope(binascii.unhexlify(sys.argv[1]),
 type vmNet struct {
 	client, member *topo.Namespace
 	server         *topo.Server
+	udp            []*topo.UDPEcho // the UDP listener's members
 }
 
 const (
 	vmVIP        = "203.0.113.10"
 	vmClientIP   = "203.0.113.1"
 	vmServerIP   = "198.51.100.1"
+	vmServer2IP  = "198.51.100.2" // the second UDP member
 	vmServerPort = 8080
 	vmBridge     = "br0"
+
+	// The UDP and SCTP listeners beside the HTTP one (Octavia's LVS
+	// templater renders them; testdata/interop/haproxy_controller_client.py).
+	vmUDPPort     = 5300
+	vmSCTPPort    = 3868
+	vmUDPListener = "d1000001-0000-4000-8000-000000000001"
+	vmUDPPool     = "d1000002-0000-4000-8000-000000000002"
+	vmUDPMonitor  = "d1000003-0000-4000-8000-000000000003"
+	vmUDPMember1  = "d1000004-0000-4000-8000-000000000004"
+	vmUDPMember2  = "d1000005-0000-4000-8000-000000000005"
+	vmSCTPList    = "d2000001-0000-4000-8000-000000000001"
+	vmSCTPPool    = "d2000002-0000-4000-8000-000000000002"
+	vmSCTPMonitor = "d2000003-0000-4000-8000-000000000003"
+	vmSCTPMember  = "d2000004-0000-4000-8000-000000000004"
 )
+
+// vmLVSSpec is the load balancer's UDP listener (two echo members, a
+// UDP-CONNECT monitor) and SCTP listener (an SCTP monitor; this host's
+// kernel has no SCTP, so its member never answers).
+func vmLVSSpec(t *testing.T) string {
+	return lvsSpecArg(t,
+		lvsListener{ID: vmUDPListener, Protocol: "UDP", Port: vmUDPPort, PoolID: vmUDPPool,
+			Monitor: &lvsMonitor{ID: vmUDPMonitor, Delay: 2, Timeout: 2, Fall: 1},
+			Members: []lvsMember{
+				{ID: vmUDPMember1, Address: vmServerIP, Port: vmUDPPort, Weight: 1, Enabled: true},
+				{ID: vmUDPMember2, Address: vmServer2IP, Port: vmUDPPort, Weight: 1, Enabled: true}}},
+		lvsListener{ID: vmSCTPList, Protocol: "SCTP", Port: vmSCTPPort, PoolID: vmSCTPPool,
+			Monitor: &lvsMonitor{ID: vmSCTPMonitor, Delay: 2, Timeout: 1, Fall: 1},
+			Members: []lvsMember{{ID: vmSCTPMember, Address: vmServerIP, Port: vmSCTPPort, Weight: 1, Enabled: true}}})
+}
 
 func ipCmd(t *testing.T, args ...string) {
 	t.Helper()
@@ -236,7 +268,45 @@ func newDataPlane(t *testing.T) *vmNet {
 		ipCmd(t, "-n", ns.Name, "link", "set", vmBridge, "up")
 	}
 	n.server = n.member.ServeHTTP(t, fmt.Sprintf("%s:%d", vmServerIP, vmServerPort), topo.MemberHandler("member-1"))
+	ipCmd(t, "-n", n.member.Name, "addr", "add", vmServer2IP+"/24", "dev", vmBridge)
+	for i, ip := range []string{vmServerIP, vmServer2IP} {
+		n.udp = append(n.udp, n.member.ServeUDPEcho(t, fmt.Sprintf("%s:%d", ip, vmUDPPort), fmt.Sprintf("udp-member-%d", i+1)))
+	}
 	return n
+}
+
+// udpServed sends datagrams to the UDP listener from new client ports
+// until every wanted member has answered (IPVS schedules each new flow).
+func udpServed(t *testing.T, n *vmNet, timeout time.Duration, want ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	var lastErr error
+	testenv.WaitFor(t, timeout, fmt.Sprintf("UDP answers from %v through the VIP", want), func() bool {
+		got, err := n.client.UDPAsk(fmt.Sprintf("%s:%d", vmVIP, vmUDPPort), []byte("ping"), 2*time.Second)
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		seen[got] = true
+		for _, w := range want {
+			if !seen[w] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("UDP through the VIP answered by %v (last error %v)", seen, lastErr)
+}
+
+// udpMembers waits for a heartbeat whose UDP pool has these member
+// statuses, and returns it.
+func (a *amphora) udpMembers(t *testing.T, timeout time.Duration, m1, m2 string) (health.Message, []byte) {
+	t.Helper()
+	want := map[string]string{vmUDPMember1: m1, vmUDPMember2: m2}
+	return a.hb.waitFor(timeout, vmKey, fmt.Sprintf("UDP members %s/%s", m1, m2), func(m health.Message) bool {
+		p, ok := m.Pools[vmUDPPool]
+		return ok && reflect.DeepEqual(p.Members, want) && m.Listeners[vmUDPListener].Status == "OPEN"
+	})
 }
 
 // newTap makes a tap device in the host's namespace for QEMU to attach.
@@ -321,10 +391,13 @@ func startLB(t *testing.T, a *amphora) *hapController {
 		"--vip", vmVIP, "--listener-port", "80", "--connection-limit", strconv.Itoa(hapConnLimit),
 		"--cert-id", hapCert,
 		"--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[0], vmServerIP, vmServerPort),
+		"--lvs-spec", vmLVSSpec(t),
 	}
 	ctl, _ := startHAPController(t, a.env, args...)
 	ctl.run("create", nil)
 	ctl.run("start", nil)
+	// The UDP and SCTP listeners join: one listener update sends all three.
+	ctl.run("lvs-create", nil)
 	return ctl
 }
 
@@ -400,8 +473,10 @@ func (a *amphora) waitNewAgent(old string, timeout time.Duration) string {
 
 // TestVMSingleAmphora: one amphora VM through its life: hot-plugged NICs
 // plugged by the controller's code, a load balancer rendered by Octavia's
-// templates serving traffic, agent restarts and kill -9 under traffic,
-// the watchdog, and a reboot with no controller call afterwards.
+// templates serving traffic, with UDP and SCTP listeners on the kernel's
+// IPVS (members checked DOWN and UP in the heartbeats), agent restarts and
+// kill -9 under traffic, the watchdog, and a reboot with no controller
+// call afterwards.
 func TestVMSingleAmphora(t *testing.T) {
 	requireOctavia(t)
 	a := bootAmphora(t, "amp-single", "SINGLE")
@@ -451,6 +526,57 @@ func TestVMSingleAmphora(t *testing.T) {
 	waitServed(t, n, time.Minute)
 	t.Logf("hot-plugged NICs plugged by the controller's driver; a load balancer rendered by Octavia's templates serves:\n%s",
 		a.MustExec("ip -n amphora-haproxy -br addr"))
+
+	t.Run("udp-and-sctp-listeners", func(t *testing.T) {
+		// Datagrams to the VIP reach both members (IPVS NAT, masquerading
+		// on the member port), and the heartbeats say so.
+		udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
+		_, datagram := a.udpMembers(t, time.Minute, "UP", "UP")
+		msg := realHMUnwrap(t, datagram, vmKey)
+		if pools, _ := msg["pools"].(map[string]any); pools[vmUDPPool] == nil {
+			t.Fatalf("the health manager's unwrap_envelope finds no pool %s: %v", vmUDPPool, msg)
+		}
+		a.hb.waitFor(30*time.Second, vmKey, "IPVS counters of the UDP listener", func(m health.Message) bool {
+			st := m.Listeners[vmUDPListener].Stats
+			return st.RX > 0 && st.TX > 0 && st.TotConns > 0
+		})
+		t.Logf("the kernel's table:\n%s", a.MustExec("ip netns exec amphora-haproxy ipvsadm -Ln --stats --exact"))
+
+		// A member that stops answering: keepalived's UDP-CONNECT check
+		// takes it out, the heartbeats say DOWN, the other one serves.
+		n.udp[1].Stop()
+		stopped := time.Now()
+		a.udpMembers(t, time.Minute, "UP", "DOWN")
+		t.Logf("member 2 DOWN in the heartbeats %v after it stopped answering", time.Since(stopped).Round(100*time.Millisecond))
+		for i := 0; i < 6; i++ {
+			if got, err := n.client.UDPAsk(fmt.Sprintf("%s:%d", vmVIP, vmUDPPort), []byte("ping"), 2*time.Second); err != nil || got != "udp-member-1" {
+				t.Fatalf("with member 2 down, datagram %d: %q %v", i, got, err)
+			}
+		}
+		if err := n.udp[1].Start(); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		a.udpMembers(t, time.Minute, "UP", "UP")
+		t.Logf("member 2 UP again %v after it came back", time.Since(back).Round(100*time.Millisecond))
+		udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
+
+		// SCTP: keepalived programs the SCTP virtual service; the member's
+		// SCTP monitor (amphora-health-checker) gets no answer from this
+		// host, whose kernel has no SCTP, so the member is DOWN.
+		if table := a.MustExec("ip netns exec amphora-haproxy ipvsadm -Ln"); !regexp.MustCompile(fmt.Sprintf(`SCTP\s+%s:%d\s`, vmVIP, vmSCTPPort)).MatchString(table) {
+			t.Fatalf("no SCTP virtual service:\n%s", table)
+		}
+		a.hb.waitFor(time.Minute, vmKey, "the SCTP listener OPEN, its member DOWN", func(m health.Message) bool {
+			return m.Listeners[vmSCTPList].Status == "OPEN" &&
+				reflect.DeepEqual(m.Pools[vmSCTPPool], health.Pool{Status: "DOWN", Members: map[string]string{vmSCTPMember: "DOWN"}})
+		})
+		checks := a.MustExec("journalctl -b --no-pager | grep 'amphora-health-checker' | tail -3 || true")
+		t.Logf("keepalived on the SCTP monitor:\n%s", checks)
+		if strings.Contains(checks, "status 127") || strings.Contains(checks, "status 126") {
+			t.Fatal("keepalived could not run amphora-health-checker")
+		}
+	})
 
 	t.Run("restart-and-kill-under-traffic", func(t *testing.T) {
 		master := a.haproxyMaster()
@@ -548,6 +674,10 @@ func TestVMSingleAmphora(t *testing.T) {
 		if log := a.MustExec("ls -l /var/lib/octavia/" + hapLB + "/haproxy.log"); !strings.Contains(log, "haproxy.log") {
 			t.Fatalf("HAProxy's log is not where the README says: %s", log)
 		}
+		// The UDP listener too: its keepalived restored, both members
+		// checked UP again and served.
+		udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
+		a.udpMembers(t, time.Minute, "UP", "UP")
 	})
 }
 
@@ -611,7 +741,7 @@ func holder(t *testing.T, amps []*amphora) int {
 // TestVMActiveStandby: two amphora VMs whose VIP NICs share one L2
 // segment, keepalived configs rendered by Octavia's templater and pushed
 // by its driver: one MASTER serves the VIP; when its VM loses power the
-// BACKUP takes the VIP over and traffic resumes.
+// BACKUP takes the VIP over and traffic resumes, HTTP and UDP.
 func TestVMActiveStandby(t *testing.T) {
 	requireOctavia(t)
 	amps := []*amphora{startAmphora(t, "amp-master", "ACTIVE_STANDBY"), startAmphora(t, "amp-backup", "ACTIVE_STANDBY")}
@@ -632,6 +762,7 @@ func TestVMActiveStandby(t *testing.T) {
 		t.Logf("the VIP went to %s (priority 90) first", amps[master].Name)
 	}
 	waitServed(t, n, time.Minute)
+	udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
 	// keepalived logs to syslog, which the journal collects (README).
 	amps[master].WaitFor(time.Minute, "keepalived's MASTER line in the journal",
 		"journalctl -b --no-pager -t Keepalived_vrrp | grep -q 'Entering MASTER STATE'")
@@ -652,6 +783,9 @@ func TestVMActiveStandby(t *testing.T) {
 		return false
 	})
 	t.Logf("failover: the VIP answered again %v after the MASTER lost power", back.Round(100*time.Millisecond))
+	// The UDP listener's keepalived on the BACKUP serves the VIP it took.
+	udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
+	t.Logf("failover: UDP answered by both members %v after the MASTER lost power", time.Since(cut).Round(100*time.Millisecond))
 	if h := holder(t, amps); h != 1-master {
 		t.Fatalf("after the failover the controller finds the VIP on amphora %d, want %s", h, amps[1-master].Name)
 	}

@@ -95,7 +95,7 @@ Version: $version
 Architecture: amd64
 Maintainer: amphora-agent maintainers <maintainers@users.noreply.a-seed-26ea428e.example>
 Installed-Size: $size
-Depends: haproxy, keepalived, ipvsadm, iproute2, nftables
+Depends: haproxy, keepalived, ipvsadm, iproute2, nftables, netcat-openbsd
 Conflicts: octavia-agent
 Section: net
 Priority: optional

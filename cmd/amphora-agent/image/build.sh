@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian bookworm amphora base image the VM test tier boots:
 # systemd, a kernel with IPVS, HAProxy, keepalived, ipvsadm, nftables,
-# iproute2 and qemu-guest-agent, with the settings upstream's image
+# iproute2, qemu-guest-agent and netcat (the UDP health check), with the settings upstream's image
 # elements make. The agent itself is not in it: its package is installed
 # at boot from a disk labelled amphora-pkg (see amphora-test-package), so
 # a new build of the agent never rebuilds the base.
@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:-${AMPHORA_IMAGE_CACHE:-/var/tmp/amphora-agent-image}}
 suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping
+packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping,netcat-openbsd
 key=$(cat "$0" "$here"/files/* | sha256sum | cut -c1-16)
 out=$cache/$key
 if [ -f "$out/base.qcow2" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
