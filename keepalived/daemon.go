@@ -16,9 +16,15 @@ import (
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
-// opTimeout bounds a whole start, reload or stop; starting and stopping
-// alone use procwatch's defaults.
-const opTimeout = 25 * time.Second
+// opTimeout bounds a whole start, reload or stop (a restart is a stop and
+// a start), inside the controller's 60 s request timeout.
+const opTimeout = 40 * time.Second
+
+// startTimeout is how long a new keepalived may take to write its pid
+// file: longer than procwatch's default, since on a loaded, emulated
+// amphora (the VM tier under TCG on a busy host) starts were seen to take
+// 11 s and more.
+const startTimeout = 20 * time.Second
 
 // Files are the paths of one keepalived instance. Each instance has its
 // own main, VRRP and checker pid files: keepalived's defaults (/run/...)
@@ -84,7 +90,8 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 			pid, err := pidfile.Read(f.Pid)
 			return err == nil && pid == p.Pid
 		},
-		Backoff: o.Backoff,
+		Backoff:      o.Backoff,
+		StartTimeout: startTimeout,
 	}, done)
 	return k
 }

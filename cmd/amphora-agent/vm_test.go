@@ -394,6 +394,14 @@ func startLB(t *testing.T, a *amphora) *hapController {
 		"--lvs-spec", vmLVSSpec(t),
 	}
 	ctl, _ := startHAPController(t, a.env, args...)
+	t.Cleanup(func() {
+		if t.Failed() && a.Running() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, out, _ := a.Exec(ctx, "journalctl -b --no-pager | grep -i -e keepalived -e amphora-agent | tail -80; tail -n 20 /var/lib/octavia/lvs/*.log")
+			t.Logf("%s: the agent's and keepalived's journal:\n%s", a.Name, out)
+		}
+	})
 	ctl.run("create", nil)
 	ctl.run("start", nil)
 	// The UDP and SCTP listeners join: one listener update sends all three.
