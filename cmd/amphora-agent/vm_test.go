@@ -238,16 +238,18 @@ const (
 
 // vmLVSSpec is the load balancer's UDP listener (two echo members, a
 // UDP-CONNECT monitor) and SCTP listener (an SCTP monitor; this host's
-// kernel has no SCTP, so its member never answers).
+// kernel has no SCTP, so its member never answers). The monitors' timeouts
+// leave room for a slow emulated VM: a check that runs out of time counts
+// as a failure.
 func vmLVSSpec(t *testing.T) string {
 	return lvsSpecArg(t,
 		lvsListener{ID: vmUDPListener, Protocol: "UDP", Port: vmUDPPort, PoolID: vmUDPPool,
-			Monitor: &lvsMonitor{ID: vmUDPMonitor, Delay: 2, Timeout: 2, Fall: 1},
+			Monitor: &lvsMonitor{ID: vmUDPMonitor, Delay: 4, Timeout: 4, Fall: 1},
 			Members: []lvsMember{
 				{ID: vmUDPMember1, Address: vmServerIP, Port: vmUDPPort, Weight: 1, Enabled: true},
 				{ID: vmUDPMember2, Address: vmServer2IP, Port: vmUDPPort, Weight: 1, Enabled: true}}},
 		lvsListener{ID: vmSCTPList, Protocol: "SCTP", Port: vmSCTPPort, PoolID: vmSCTPPool,
-			Monitor: &lvsMonitor{ID: vmSCTPMonitor, Delay: 2, Timeout: 1, Fall: 1},
+			Monitor: &lvsMonitor{ID: vmSCTPMonitor, Delay: 5, Timeout: 2, Fall: 1},
 			Members: []lvsMember{{ID: vmSCTPMember, Address: vmServerIP, Port: vmSCTPPort, Weight: 1, Enabled: true}}})
 }
 
