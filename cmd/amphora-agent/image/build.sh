@@ -40,6 +40,14 @@ mmdebstrap --variant=minbase --components=main --include="$packages" \
 	>"$work/mmdebstrap.log" 2>&1 || { tail -30 "$work/mmdebstrap.log" >&2; exit 1; }
 
 echo amphora >"$root/etc/hostname"
+# The name resolves locally, as on any Debian install (upstream's images
+# get it from cloud-init): keepalived looks it up at every start and
+# `keepalived -t`, and with no DNS server reachable each lookup waited
+# 10 s. The amphora resolves no other names, and the build host's
+# resolver has no business in the image.
+printf '127.0.1.1\tamphora\n' >>"$root/etc/hosts"
+rm -f "$root/etc/resolv.conf"
+: >"$root/etc/resolv.conf"
 printf '/dev/vda / ext4 defaults,errors=remount-ro 0 1\n' >"$root/etc/fstab"
 # No password login at all: tests reach the VM through qemu-guest-agent.
 chroot "$root" passwd -l root >/dev/null
