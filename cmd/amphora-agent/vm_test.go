@@ -242,15 +242,30 @@ const (
 // leave room for a slow emulated VM: a check that runs out of time counts
 // as a failure.
 func vmLVSSpec(t *testing.T) string {
-	return lvsSpecArg(t,
-		lvsListener{ID: vmUDPListener, Protocol: "UDP", Port: vmUDPPort, PoolID: vmUDPPool,
-			Monitor: &lvsMonitor{ID: vmUDPMonitor, Delay: 4, Timeout: 4, Fall: 1},
-			Members: []lvsMember{
-				{ID: vmUDPMember1, Address: vmServerIP, Port: vmUDPPort, Weight: 1, Enabled: true},
-				{ID: vmUDPMember2, Address: vmServer2IP, Port: vmUDPPort, Weight: 1, Enabled: true}}},
-		lvsListener{ID: vmSCTPList, Protocol: "SCTP", Port: vmSCTPPort, PoolID: vmSCTPPool,
-			Monitor: &lvsMonitor{ID: vmSCTPMonitor, Delay: 5, Timeout: 2, Fall: 1},
-			Members: []lvsMember{{ID: vmSCTPMember, Address: vmServerIP, Port: vmSCTPPort, Weight: 1, Enabled: true}}})
+	return lvsSpecArg(t, udpListenerSpec(), sctpListenerSpec())
+}
+
+// vmUDPUnmonitored is the UDP listener without a monitor: what the
+// ACTIVE_STANDBY test serves, where two emulated VMs share the host and
+// every check process counts against the VRRP check's timeout.
+func vmUDPUnmonitored() lvsListener {
+	l := udpListenerSpec()
+	l.Monitor = nil
+	return l
+}
+
+func udpListenerSpec() lvsListener {
+	return lvsListener{ID: vmUDPListener, Protocol: "UDP", Port: vmUDPPort, PoolID: vmUDPPool,
+		Monitor: &lvsMonitor{ID: vmUDPMonitor, Delay: 4, Timeout: 4, Fall: 1},
+		Members: []lvsMember{
+			{ID: vmUDPMember1, Address: vmServerIP, Port: vmUDPPort, Weight: 1, Enabled: true},
+			{ID: vmUDPMember2, Address: vmServer2IP, Port: vmUDPPort, Weight: 1, Enabled: true}}}
+}
+
+func sctpListenerSpec() lvsListener {
+	return lvsListener{ID: vmSCTPList, Protocol: "SCTP", Port: vmSCTPPort, PoolID: vmSCTPPool,
+		Monitor: &lvsMonitor{ID: vmSCTPMonitor, Delay: 5, Timeout: 2, Fall: 1},
+		Members: []lvsMember{{ID: vmSCTPMember, Address: vmServerIP, Port: vmSCTPPort, Weight: 1, Enabled: true}}}
 }
 
 func ipCmd(t *testing.T, args ...string) {
@@ -383,7 +398,7 @@ func writeSpec(t *testing.T, dir string, spec any) string {
 
 // startLB has the controller's driver render (Octavia's own templates),
 // upload and start an HTTP load balancer on the VIP.
-func startLB(t *testing.T, a *amphora) *hapController {
+func startLB(t *testing.T, a *amphora, lvsSpec string) *hapController {
 	t.Helper()
 	args := []string{
 		"--amphora-id", a.env.AmphoraID, "--lb-network-ip", "127.0.0.1", "--port", strconv.Itoa(a.env.Port),
@@ -393,7 +408,7 @@ func startLB(t *testing.T, a *amphora) *hapController {
 		"--vip", vmVIP, "--listener-port", "80", "--connection-limit", strconv.Itoa(hapConnLimit),
 		"--cert-id", hapCert,
 		"--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[0], vmServerIP, vmServerPort),
-		"--lvs-spec", vmLVSSpec(t),
+		"--lvs-spec", lvsSpec,
 	}
 	ctl, _ := startHAPController(t, a.env, args...)
 	t.Cleanup(func() {
@@ -532,7 +547,7 @@ func TestVMSingleAmphora(t *testing.T) {
 	// server and the controller live as long as the VM.
 	n = newDataPlane(t)
 	n.attach(t, a, "SINGLE", "203.0.113.4", "198.51.100.20")
-	startLB(t, a)
+	startLB(t, a, vmLVSSpec(t))
 	waitServed(t, n, time.Minute)
 	t.Logf("hot-plugged NICs plugged by the controller's driver; a load balancer rendered by Octavia's templates serves:\n%s",
 		a.MustExec("ip -n amphora-haproxy -br addr"))
@@ -761,7 +776,7 @@ func TestVMActiveStandby(t *testing.T) {
 	n := newDataPlane(t)
 	for i, a := range amps {
 		n.attach(t, a, "ACTIVE_STANDBY", fmt.Sprintf("203.0.113.%d", 4+i), fmt.Sprintf("198.51.100.%d", 20+i))
-		startLB(t, a)
+		startLB(t, a, lvsSpecArg(t, vmUDPUnmonitored()))
 	}
 	for i := range amps {
 		vrrpCall(t, amps, i, "configure")
