@@ -150,6 +150,9 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
 	live.heartbeatStarted(time.Now())
 	bg.start("heartbeat", func() error { return heartbeat.Run(ctx) })
+	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
+	metrics := newMetricsServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
+	bg.start("metrics", func() error { return metrics.Run(ctx) })
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
 	if err != nil {
