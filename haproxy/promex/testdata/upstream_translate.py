@@ -1,0 +1,40 @@
+#!/usr/bin/python3
+"""Translate an exporter page with upstream's prometheus-proxy code.
+
+Run with Debian's /usr/bin/python3 (python3-octavia installed):
+
+    upstream_translate.py PAGE > OCTAVIA_PAGE
+
+The page goes through PrometheusProxy.do_GET of octavia.cmd.prometheus_proxy
+itself, with the page in place of HAProxy's answer and the CPU and memory
+readings fixed as upstream's unit test fixes them (load 1 on 2 CPUs, 23.5 %
+memory), so the output is upstream's answer body, byte for byte.
+"""
+
+import io
+import sys
+from unittest import mock
+
+from octavia.cmd import prometheus_proxy
+
+
+def main():
+    page_path = sys.argv[1]
+    proxy = prometheus_proxy.PrometheusProxy.__new__(
+        prometheus_proxy.PrometheusProxy)
+    proxy.send_response = mock.Mock()
+    proxy.send_header = mock.Mock()
+    proxy.end_headers = mock.Mock()
+    proxy.wfile = io.BytesIO()
+    with open(page_path, 'rb') as page, \
+            mock.patch('urllib.request.urlopen', return_value=page), \
+            mock.patch('os.cpu_count', return_value=2), \
+            mock.patch('psutil.getloadavg', return_value=(1, 2, 3)), \
+            mock.patch('psutil.virtual_memory', return_value=(1, 2, 23.5)):
+        proxy.do_GET()
+    proxy.send_response.assert_called_once_with(200)
+    sys.stdout.buffer.write(proxy.wfile.getvalue())
+
+
+if __name__ == '__main__':
+    main()
