@@ -69,7 +69,8 @@ test-vm: deb
 # heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed
 # datagram, and each stage), then cmd/amphora-agent/bench_test.go's table
 # against upstream's Python agent (Debian's python3-octavia, installed here
-# when missing and possible) and HAProxy's idle floor.
+# when missing and possible) and HAProxy's idle floor; then the cost of a
+# PROMETHEUS listener scrape (haproxy/promex/bench_test.go).
 bench: build
 	@set -o pipefail; out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
 	for p in haproxy python3-octavia; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
@@ -81,7 +82,9 @@ bench: build
 	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -tags bench -run '^TestBenchSample$$' ./agent/health/ >"$$out/log" 2>&1 && \
 	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/ >>"$$out/log" 2>&1 \
 		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
-	echo; cat "$$out/table.txt"
+	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -timeout 10m -tags bench -run '^TestBenchScrape$$' ./haproxy/promex/ >>"$$out/log" 2>&1 \
+		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
+	echo; cat "$$out/table.txt"; echo; cat "$$out/metrics.txt"
 
 clean:
 	rm -rf bin

@@ -88,28 +88,42 @@ func captureGolden(t *testing.T) {
 	}
 }
 
-// fetchPage GETs /metrics over HTTP/1.0, so HAProxy ends the body by
-// closing the connection (no chunks to undo).
+// fetchPage reads the exporter's page.
 func fetchPage(t *testing.T, addr string) []byte {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, body, err := openPage(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	io.WriteString(c, "GET /metrics HTTP/1.0\r\nHost: "+addr+"\r\n\r\n")
-	r := textproto.NewReader(bufio.NewReader(c))
-	status, err := r.ReadLine()
-	if err != nil || !strings.Contains(status, " 200 ") {
-		t.Fatalf("exporter answered %q, %v", status, err)
-	}
-	if _, err := r.ReadMIMEHeader(); err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(r.R)
+	page, err := io.ReadAll(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return body
+	return page
+}
+
+// openPage GETs /metrics over HTTP/1.0, so HAProxy ends the body by
+// closing the connection (no chunks to undo), and returns the connection
+// and its body.
+func openPage(addr string) (net.Conn, io.Reader, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	io.WriteString(c, "GET /metrics HTTP/1.0\r\nHost: "+addr+"\r\n\r\n")
+	r := textproto.NewReader(bufio.NewReaderSize(c, 64<<10))
+	status, err := r.ReadLine()
+	if err == nil && !strings.Contains(status, " 200 ") {
+		err = fmt.Errorf("exporter answered %q", status)
+	}
+	if err == nil {
+		_, err = r.ReadMIMEHeader()
+	}
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, r.R, nil
 }

@@ -32,9 +32,12 @@ type Source interface {
 type entry struct {
 	rank   int    // position in upstream's order
 	name   string // HAProxy's metric name
-	to     []byte // Octavia's metric name
+	to     string // Octavia's metric name
 	help   []byte // whole replacement HELP line, or nil
 	labels []rename
+	// The keys upstream matches, name and space or name and "{", and
+	// what replaces each: [0] space, [1] brace.
+	keys, repl [2][]byte
 }
 
 // entries is table keyed by HAProxy's metric name.
@@ -46,7 +49,9 @@ var entries = func() map[string]*entry {
 		if to == "" {
 			to = r.fam.to + r.suffix
 		}
-		e := &entry{rank: i, name: name, to: []byte(to), labels: r.fam.labels}
+		e := &entry{rank: i, name: name, to: to, labels: r.fam.labels,
+			keys: [2][]byte{[]byte(name + " "), []byte(name + "{")},
+			repl: [2][]byte{[]byte(to + " "), []byte(to + "{")}}
 		if r.help != "" {
 			e.help = []byte("# HELP " + to + " " + r.help + "\n")
 		}
@@ -69,13 +74,11 @@ type Translator struct {
 	// Sources add series to the families of the page, in this order.
 	Sources []Source
 
+	in        *bufio.Reader
 	out       *bufio.Writer
 	long      []byte // a line longer than the read buffer, assembled
-	bufA      []byte // label renames, one pass each
-	bufB      []byte
-	keyFrom   []byte
-	keyTo     []byte
-	lastFound *entry
+	renames   []rename
+	lastFound *entry // the family of the previous line kept
 }
 
 const readBuffer = 64 << 10
@@ -89,7 +92,12 @@ func (t *Translator) Translate(dst io.Writer, src io.Reader) error {
 		t.out.Reset(dst)
 	}
 	t.lastFound = nil
-	in := bufio.NewReaderSize(src, readBuffer)
+	if t.in == nil {
+		t.in = bufio.NewReaderSize(src, readBuffer)
+	} else {
+		t.in.Reset(src)
+	}
+	in := t.in
 	for {
 		line, err := in.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
@@ -123,7 +131,7 @@ func (t *Translator) line(line []byte) error {
 	if bytes.Contains(line, internalMark) {
 		return nil
 	}
-	e, brace := match(line)
+	e, brace := t.match(line)
 	if e == nil {
 		return nil
 	}
@@ -134,20 +142,20 @@ func (t *Translator) line(line []byte) error {
 		_, err := t.out.Write(e.help)
 		return err
 	}
-	// Labels are renamed on sample lines of the labelled form only.
+	// Upstream renames the labels (on sample lines of the labelled form
+	// only), then the name, each with str.replace; no rename can make or
+	// break another's match (none overlaps another or itself), so one
+	// pass does them all.
+	t.renames = t.renames[:0]
 	if brace && line[0] != '#' {
-		for _, r := range e.labels {
-			t.bufA = replaceAll(t.bufA[:0], line, r.from, r.to)
-			line, t.bufA, t.bufB = t.bufA, t.bufB, t.bufA
-		}
+		t.renames = append(t.renames, e.labels...)
 	}
-	t.keyFrom = append(append(t.keyFrom[:0], e.name...), ' ')
-	t.keyTo = append(append(t.keyTo[:0], e.to...), ' ')
+	k := 0
 	if brace {
-		t.keyFrom[len(t.keyFrom)-1] = '{'
-		t.keyTo[len(t.keyTo)-1] = '{'
+		k = 1
 	}
-	return writeReplaced(t.out, line, string(t.keyFrom), t.keyTo)
+	t.renames = append(t.renames, rename{e.keys[k], e.repl[k]})
+	return writeRenamed(t.out, line, t.renames)
 }
 
 // endFamily asks the sources for the samples of the family the page is
@@ -159,7 +167,7 @@ func (t *Translator) endFamily(next *entry) error {
 		return nil
 	}
 	for _, s := range t.Sources {
-		if err := s.WriteSamples(t.out, string(prev.to)); err != nil {
+		if err := s.WriteSamples(t.out, prev.to); err != nil {
 			return err
 		}
 	}
@@ -171,7 +179,7 @@ func (t *Translator) endFamily(next *entry) error {
 // found anywhere in the line; when several are, the first in upstream's
 // order wins (its "name " key before its "name{" key). Every name of the
 // table begins with "haproxy_", so only those places are looked at.
-func match(line []byte) (best *entry, brace bool) {
+func (t *Translator) match(line []byte) (best *entry, brace bool) {
 	bestRank := -1
 	for off := 0; ; {
 		i := bytes.Index(line[off:], namePrefix)
@@ -187,7 +195,11 @@ func match(line []byte) (best *entry, brace bool) {
 		if end == len(line) || (line[end] != ' ' && line[end] != '{') {
 			continue
 		}
-		e := entries[string(line[start:end])]
+		// Lines come in families: most have the previous line's name.
+		e := t.lastFound
+		if e == nil || string(line[start:end]) != e.name {
+			e = entries[string(line[start:end])]
+		}
 		if e == nil {
 			continue
 		}
@@ -208,29 +220,34 @@ func match(line []byte) (best *entry, brace bool) {
 // isNameByte: the bytes the table's metric names are made of.
 func isNameByte(c byte) bool { return c >= 'a' && c <= 'z' || c == '_' }
 
-// replaceAll appends s with every old replaced by new to dst.
-func replaceAll(dst, s []byte, old, new string) []byte {
-	for {
-		i := bytes.Index(s, []byte(old))
-		if i < 0 {
-			return append(dst, s...)
-		}
-		dst = append(append(dst, s[:i]...), new...)
-		s = s[i+len(old):]
+// writeRenamed writes s with every occurrence of each rename's from
+// replaced; occurrences must not overlap.
+func writeRenamed(w *bufio.Writer, s []byte, renames []rename) error {
+	var next [4]int // where each from occurs next in s, -1 for nowhere
+	for i, r := range renames {
+		next[i] = bytes.Index(s, r.from)
 	}
-}
-
-// writeReplaced writes s with every old replaced by new.
-func writeReplaced(w *bufio.Writer, s []byte, old string, new []byte) error {
 	for {
-		i := bytes.Index(s, []byte(old))
-		if i < 0 {
+		first := -1
+		for i := range renames {
+			if next[i] >= 0 && (first < 0 || next[i] < next[first]) {
+				first = i
+			}
+		}
+		if first < 0 {
 			_, err := w.Write(s)
 			return err
 		}
-		w.Write(s[:i])
-		w.Write(new)
-		s = s[i+len(old):]
+		at, r := next[first], renames[first]
+		w.Write(s[:at])
+		w.Write(r.to)
+		s = s[at+len(r.from):]
+		for i := range renames {
+			if next[i] >= 0 {
+				next[i] -= at + len(r.from)
+			}
+		}
+		next[first] = bytes.Index(s, r.from)
 	}
 }
 

@@ -7,16 +7,16 @@ type family struct {
 	labels   []rename // applied to sample lines in this order
 }
 
-type rename struct{ from, to string }
+type rename struct{ from, to []byte }
 
 var (
 	process  = &family{from: "haproxy_process_", to: "octavia_loadbalancer_"}
 	frontend = &family{from: "haproxy_frontend_", to: "octavia_listener_",
-		labels: []rename{{"proxy=", "listener="}}}
+		labels: []rename{{[]byte("proxy="), []byte("listener=")}}}
 	backend = &family{from: "haproxy_backend_", to: "octavia_pool_",
-		labels: []rename{{"proxy=", "pool="}}}
+		labels: []rename{{[]byte("proxy="), []byte("pool=")}}}
 	server = &family{from: "haproxy_server_", to: "octavia_member_",
-		labels: []rename{{"proxy=", "pool="}, {"server=", "member="}}}
+		labels: []rename{{[]byte("proxy="), []byte("pool=")}, {[]byte("server="), []byte("member=")}}}
 )
 
 // row is one metric upstream's prometheus-proxy passes through: HAProxy's
