@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 )
 
@@ -22,7 +24,8 @@ import (
 // there. A real Prometheus text parser reads the page, with Octavia's
 // families for both listeners, the pool and its members.
 func TestPrometheusListenerScrape(t *testing.T) {
-	f := newPromFixture(t, "")
+	hm := newHBReceiver(t)
+	f := newPromFixture(t, "[health_manager]\ncontroller_ip_port_list = "+hm.addr()+"\nheartbeat_interval = 1\n")
 	f.start()
 	client := f.lb.HTTPClient(false)
 	url := f.lb.URL(promPort, "/metrics")
@@ -91,6 +94,19 @@ func TestPrometheusListenerScrape(t *testing.T) {
 		if !strings.HasPrefix(name, "octavia_") {
 			t.Errorf("family %s is not Octavia's", name)
 		}
+	}
+
+	// The heartbeat reports both listeners (the PROMETHEUS one too, as
+	// upstream) and only the tenant's pool: never the internal
+	// prometheus-exporter proxies.
+	m, _ := hm.waitFor(hbWait, "insecure", "both listeners OPEN", func(m health.Message) bool {
+		return m.Listeners[promHTTPListener].Status == "OPEN" && m.Listeners[promListener].Status == "OPEN"
+	})
+	if len(m.Listeners) != 2 || len(m.Pools) != 1 || m.Pools[promPool+":"+promHTTPListener].Members == nil {
+		t.Errorf("heartbeat %+v", m)
+	}
+	if strings.Contains(fmt.Sprintf("%+v", m), "prometheus") {
+		t.Errorf("the heartbeat names the internal proxies: %+v", m)
 	}
 
 	// HAProxy's exporter gone (the load balancer stopped): the agent's
