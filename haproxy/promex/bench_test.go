@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,9 +42,13 @@ func TestBenchScrape(t *testing.T) {
 	defer p.Stop()
 	addr := fmt.Sprintf("127.0.0.1:%d", exporter)
 
-	// HAProxy's time: request sent → last byte of the page, on loopback.
+	// HAProxy's time: request sent → last byte of the page, on loopback;
+	// and the CPU its worker spent on those exports.
+	worker := childOf(t, p.Pid())
 	var page []byte
+	hapCPU0 := procCPU(t, worker)
 	hap := median(benchRuns, func() { page = fetchPage(t, addr) })
+	hapCPU := (procCPU(t, worker) - hapCPU0) / benchRuns
 	if n := bytes.Count(page, []byte("haproxy_server_weight{")); n != benchListeners*benchMembers {
 		t.Fatalf("the page has %d members, want %d", n, benchListeners*benchMembers)
 	}
@@ -53,11 +58,13 @@ func TestBenchScrape(t *testing.T) {
 	var tr Translator
 	var translated countingWriter
 	tr.Translate(&translated, bytes.NewReader(page))
+	ownCPU0 := selfCPU()
 	trans := median(benchRuns, func() {
 		if err := tr.Translate(io.Discard, bytes.NewReader(page)); err != nil {
 			t.Fatal(err)
 		}
 	})
+	transCPU := (selfCPU() - ownCPU0) / benchRuns
 	// A scrape as the agent serves it: the page translated while HAProxy
 	// sends it.
 	streamed := median(benchRuns, func() {
@@ -97,6 +104,8 @@ func TestBenchScrape(t *testing.T) {
 		benchListeners, benchMembers, float64(len(page))/(1<<20), bytes.Count(page, []byte("\n")), float64(translated.n)/(1<<20))
 	fmt.Fprintf(&b, "  HAProxy's exporter, request → last byte (median of %d)   %s\n", benchRuns, fmtDuration(hap))
 	fmt.Fprintf(&b, "  agent's translation of that page (median of %d)          %s  = %.2fx HAProxy's time\n", benchRuns, fmtDuration(trans), float64(trans)/float64(hap))
+	fmt.Fprintf(&b, "  CPU time per scrape: HAProxy's exporter %s, the agent's translation %s  = %.2fx\n",
+		fmtDuration(hapCPU), fmtDuration(transCPU), float64(transCPU)/float64(hapCPU))
 	fmt.Fprintf(&b, "  HAProxy's page translated as it arrives (median of %d)     %s  = %.2fx HAProxy's time\n", benchRuns, fmtDuration(streamed), float64(streamed)/float64(hap))
 	fmt.Fprintf(&b, "  allocated per translation: %.0f allocs, %.1f KiB (%.1f KiB with a new translator)\n",
 		allocs, float64(after.TotalAlloc-before.TotalAlloc)/1024, float64(fa.TotalAlloc-fb.TotalAlloc)/1024)
@@ -135,6 +144,53 @@ func streamPage(addr string, tr *Translator) error {
 	}
 	defer c.Close()
 	return tr.Translate(io.Discard, body)
+}
+
+// childOf finds the one child of pid (the master's worker).
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		child, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if f := statFields(stat); len(f) > 2 && f[1] == strconv.Itoa(pid) {
+			return child
+		}
+	}
+	t.Fatalf("no worker under HAProxy master %d", pid)
+	return 0
+}
+
+// statFields: /proc/<pid>/stat after the command name, from field 3 on.
+func statFields(stat []byte) []string {
+	i := bytes.LastIndexByte(stat, ')')
+	return strings.Fields(string(stat[i+1:]))
+}
+
+// procCPU is the user and system time pid has used (clock ticks of 10 ms).
+func procCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := statFields(stat)
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// selfCPU is the user and system time of this process.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(runs int, f func()) time.Duration {

@@ -77,7 +77,6 @@ type Translator struct {
 	in        *bufio.Reader
 	out       *bufio.Writer
 	long      []byte // a line longer than the read buffer, assembled
-	renames   []rename
 	lastFound *entry // the family of the previous line kept
 }
 
@@ -146,16 +145,15 @@ func (t *Translator) line(line []byte) error {
 	// only), then the name, each with str.replace; no rename can make or
 	// break another's match (none overlaps another or itself), so one
 	// pass does them all.
-	t.renames = t.renames[:0]
+	var labels []rename
 	if brace && line[0] != '#' {
-		t.renames = append(t.renames, e.labels...)
+		labels = e.labels
 	}
 	k := 0
 	if brace {
 		k = 1
 	}
-	t.renames = append(t.renames, rename{e.keys[k], e.repl[k]})
-	return writeRenamed(t.out, line, t.renames)
+	return writeRenamed(t.out, line, labels, rename{e.keys[k], e.repl[k]})
 }
 
 // endFamily asks the sources for the samples of the family the page is
@@ -220,34 +218,54 @@ func (t *Translator) match(line []byte) (best *entry, brace bool) {
 // isNameByte: the bytes the table's metric names are made of.
 func isNameByte(c byte) bool { return c >= 'a' && c <= 'z' || c == '_' }
 
-// writeRenamed writes s with every occurrence of each rename's from
-// replaced; occurrences must not overlap.
-func writeRenamed(w *bufio.Writer, s []byte, renames []rename) error {
-	var next [4]int // where each from occurs next in s, -1 for nowhere
-	for i, r := range renames {
-		next[i] = bytes.Index(s, r.from)
-	}
+// writeRenamed writes s with every occurrence of the labels' and the
+// key's from replaced by their to. Occurrences must not overlap; label
+// names end in their only "=" (TestTableNames checks), which is what the
+// scan for them looks for.
+func writeRenamed(w *bufio.Writer, s []byte, labels []rename, key rename) error {
+	keyAt := bytes.Index(s, key.from)
+	labelAt, label := nextLabel(s, 0, labels)
+	done := 0
 	for {
-		first := -1
-		for i := range renames {
-			if next[i] >= 0 && (first < 0 || next[i] < next[first]) {
-				first = i
-			}
+		at, r := keyAt, key
+		if labelAt >= 0 && (keyAt < 0 || labelAt < keyAt) {
+			at, r = labelAt, labels[label]
 		}
-		if first < 0 {
-			_, err := w.Write(s)
+		if at < 0 {
+			_, err := w.Write(s[done:])
 			return err
 		}
-		at, r := next[first], renames[first]
-		w.Write(s[:at])
+		w.Write(s[done:at])
 		w.Write(r.to)
-		s = s[at+len(r.from):]
-		for i := range renames {
-			if next[i] >= 0 {
-				next[i] -= at + len(r.from)
+		done = at + len(r.from)
+		if at == keyAt {
+			if keyAt = bytes.Index(s[done:], key.from); keyAt >= 0 {
+				keyAt += done
+			}
+		} else {
+			labelAt, label = nextLabel(s, done, labels)
+		}
+	}
+}
+
+// nextLabel finds the first label name in s[from:]: where it starts and
+// which one, or -1.
+func nextLabel(s []byte, from int, labels []rename) (int, int) {
+	if len(labels) == 0 {
+		return -1, 0
+	}
+	for j := from; ; {
+		k := bytes.IndexByte(s[j:], '=')
+		if k < 0 {
+			return -1, 0
+		}
+		eq := j + k
+		for i, r := range labels {
+			if start := eq + 1 - len(r.from); start >= from && bytes.Equal(s[start:eq+1], r.from) {
+				return start, i
 			}
 		}
-		next[first] = bytes.Index(s, r.from)
+		j = eq + 1
 	}
 }
 

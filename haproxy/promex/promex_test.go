@@ -1,6 +1,7 @@
 package promex
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -128,6 +129,10 @@ func TestLines(t *testing.T) {
 		{"xhaproxy_process_listeners 3\n", "xoctavia_loadbalancer_listeners 3\n"},
 		// "HELP" anywhere in a line with a replaced HELP picks the HELP.
 		{"haproxy_server_weight {HELP} 1\n", "# HELP octavia_member_weight Member weight.\n"},
+		// Labels renamed in any order and place, keys after them too.
+		{"haproxy_server_weight{server=\"s\",x=\"proxy=\",proxy=\"p\"} haproxy_server_weight{proxy==\n",
+			"octavia_member_weight{member=\"s\",x=\"pool=\",pool=\"p\"} octavia_member_weight{pool==\n"},
+		{"haproxy_server_weight{=server=proxy=server}\n", "octavia_member_weight{=member=pool=server}\n"},
 		// Comment lines keep their labels as they are.
 		{"# haproxy_server_weight{proxy=\"p\"}\n", "# octavia_member_weight{proxy=\"p\"}\n"},
 	}
@@ -224,10 +229,48 @@ func TestTableNames(t *testing.T) {
 	if len(entries) != len(table) {
 		t.Fatalf("%d rows but %d names: a name is listed twice", len(table), len(entries))
 	}
-	for name := range entries {
+	for name, e := range entries {
 		for i := 0; i < len(name); i++ {
 			if !isNameByte(name[i]) {
 				t.Errorf("%q: byte %q", name, name[i])
+			}
+		}
+		for _, r := range e.labels {
+			if bytes.IndexByte(r.from, '=') != len(r.from)-1 {
+				t.Errorf("%q: label %q does not end in its only =", name, r.from)
+			}
+		}
+	}
+}
+
+// The one-pass renaming equals upstream's sequence of str.replace calls
+// (labels in order, then the key) on lines made of the pieces that could
+// confuse it.
+func TestRenamesEqualSequentialReplace(t *testing.T) {
+	pieces := []string{"proxy=", "server=", "haproxy_server_weight{", "haproxy_server_weight ",
+		"=", "{", " ", "x", "\"", "proxy", "server", "haproxy_", "p", "s", "roxy="}
+	e := entries["haproxy_server_weight"]
+	rng := uint64(1)
+	for n := 0; n < 20000; n++ {
+		var line []byte
+		for i := 0; i < 1+n%12; i++ {
+			rng = rng*6364136223846793005 + 1442695040888963407
+			line = append(line, pieces[rng>>33%uint64(len(pieces))]...)
+		}
+		for k := 0; k < 2; k++ {
+			want := line
+			for _, r := range e.labels {
+				want = bytes.ReplaceAll(want, r.from, r.to)
+			}
+			want = bytes.ReplaceAll(want, e.keys[k], e.repl[k])
+			var got bytes.Buffer
+			w := bufio.NewWriter(&got)
+			if err := writeRenamed(w, line, e.labels, rename{e.keys[k], e.repl[k]}); err != nil {
+				t.Fatal(err)
+			}
+			w.Flush()
+			if got.String() != string(want) {
+				t.Fatalf("%q:\n got %q\nwant %q", line, got.String(), want)
 			}
 		}
 	}
