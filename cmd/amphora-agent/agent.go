@@ -61,18 +61,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amphora-agent: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if len(files) == 0 {
-		files = configFiles{defaultConfigFile}
-	}
-
-	sources, err := config.ReadFiles(files)
+	files, cfg, warnings, err := loadConfig(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent: %v\n", err)
-		return 1
-	}
-	cfg, warnings, err := config.Load(sources)
-	if err != nil {
-		fmt.Fprintf(stderr, "amphora-agent: invalid configuration: %v\n", err)
 		return 1
 	}
 
@@ -89,6 +80,23 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// loadConfig reads and loads the --config-file list, the default file
+// when it is empty.
+func loadConfig(files configFiles) (configFiles, *config.Config, []string, error) {
+	if len(files) == 0 {
+		files = configFiles{defaultConfigFile}
+	}
+	sources, err := config.ReadFiles(files)
+	if err != nil {
+		return files, nil, nil, err
+	}
+	cfg, warnings, err := config.Load(sources)
+	if err != nil {
+		return files, nil, nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return files, cfg, warnings, nil
 }
 
 func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel) error {
@@ -145,6 +153,14 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		}
 		restored <- errors.Join(netErr, lbErr, lvsErr, vrrpErr)
 		return errors.Join(lbErr, lvsErr, vrrpErr)
+	})
+	// `amphora-agent status` asks on a root-only unix socket; a failure
+	// to offer it is logged and changes nothing else.
+	bg.start("status socket", func() error {
+		if err := serveStatus(ctx, a, heartbeat, a.Config(), log.Named("status")); err != nil {
+			log.Warn("status socket not available", zap.Error(err))
+		}
+		return nil
 	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
@@ -203,6 +219,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		case <-ctx.Done():
 			return nil
 		}
+		a.SetReady()
 		sd.Ready(readyStatus(a.Config().BasePath, restoreErr))
 		return nil
 	})
