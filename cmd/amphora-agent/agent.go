@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
 
 	"github.com/amphora-agent/amphora-agent/agent"
 	"github.com/amphora-agent/amphora-agent/agent/api"
@@ -128,7 +129,15 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	// The namespace and the plugged ports come back before any load
 	// balancer starts; a failure is logged and the API still serves.
 	sd.Status("restoring network namespace")
-	netErr := a.PrepareNetwork(ctx)
+	var netErr error
+	if why := noDataPlane(); why != "" {
+		// `make run` as a user: one line saying what will not work
+		// instead of a netlink error.
+		log.Warn(fmt.Sprintf("%s: the data-plane namespace %s cannot be made, so plugging NICs and running load balancers or keepalived will fail; the API, configuration and heartbeats work",
+			why, cfg.Namespace))
+	} else {
+		netErr = a.PrepareNetwork(ctx)
+	}
 	a.Start(ctx)
 	// Load balancers come back in the background so the API answers at
 	// once; controller mutations wait for the restore's lock.
@@ -298,4 +307,18 @@ func (b *background) wait(log *zap.Logger, grace time.Duration) {
 	case <-time.After(grace):
 		log.Error("background work did not stop in time", zap.Duration("waited", grace))
 	}
+}
+
+// noDataPlane says why this process cannot build the data-plane namespace
+// (it lacks CAP_SYS_ADMIN: not root), "" when it can.
+func noDataPlane() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) == nil && data[unix.CAP_SYS_ADMIN/32].Effective&(1<<(unix.CAP_SYS_ADMIN%32)) != 0 {
+		return ""
+	}
+	return "not running as root"
 }
