@@ -11,7 +11,7 @@ PORT ?= 9443
 # makes the chroot the package is installed in.
 TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
 
-.PHONY: build deb run test test-unit test-system test-interop deps vet bench clean
+.PHONY: build deb run demo test test-unit test-system test-interop deps vet bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -40,13 +40,21 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags 'system interop bench vm' ./...
 
-test: deps vet build test-unit test-system test-interop test-vm
+test: deps vet build test-unit test-system demo test-interop test-vm
 
 test-unit:
 	$(GO) test -race -count=1 ./...
 
+# The demo is a system test too; make test runs it on its own (demo).
 test-system: build
-	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -p 1 ./...
+	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -p 1 -skip '^TestDemo$$' ./...
+
+# The whole job on this machine, told step by step (root): the test
+# TestDemo plays the controller and the health manager against the real
+# agent (see README.md, "The demo").
+demo: build
+	@if [ "$$(id -u)" != 0 ]; then echo "demo: needs root (it makes network namespaces)"; exit 1; fi
+	@set -o pipefail; AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -timeout 2m -run '^TestDemo$$' -v ./cmd/amphora-agent/ 2>&1 | grep -v '^=== RUN'
 
 test-interop: build
 	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run Interop ./...

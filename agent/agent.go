@@ -94,6 +94,11 @@ type Agent struct {
 	vrrp vrrpRunner
 	// The UDP and SCTP listeners' keepalived instances.
 	lvs lvsRunner
+
+	// For `amphora-agent status`.
+	started  time.Time
+	ready    atomic.Bool
+	outcomes outcomes
 }
 
 // New builds an agent around an already loaded configuration.
@@ -109,6 +114,7 @@ func New(o Options) *Agent {
 		kernel:       o.Kernel,
 		mutate:       make(chan struct{}, 1),
 		versionsDone: make(chan struct{}),
+		started:      time.Now().UTC(),
 	}
 	if a.log == nil {
 		a.log = zap.NewNop()

@@ -60,6 +60,7 @@ func (a *Agent) reservedNames() map[string]string {
 // returns its ETag (the md5 of the body as received).
 func (a *Agent) UploadHAProxy(ctx context.Context, amphoraID, lb string, body []byte) (string, error) {
 	if err := a.lbStore.Upload(ctx, amphoraID, lb, body); err != nil {
+		a.outcomes.refused(lb, err)
 		return "", err
 	}
 	return haproxy.MD5(body), nil
@@ -133,6 +134,7 @@ func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (stri
 		a.loadBalancerGone(id)
 	case actionReload:
 		started, err = a.lbs.Reload(ctx, id)
+		a.outcomes.reload(id, err)
 	}
 	if err != nil {
 		return "", err
@@ -219,6 +221,7 @@ func (a *Agent) DeleteListener(ctx context.Context, id string) error {
 		}
 		return err
 	}
+	a.outcomes.forget(id)
 	if err := a.certStore().RemoveAll(id, a.lbID); err != nil {
 		a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))
 	}

@@ -117,6 +117,17 @@ func (s *Supervisor) Running(lb string) bool {
 	return ok && in.d.Running()
 }
 
+// History is lb's restart record; ok is false when lb is not supervised.
+func (s *Supervisor) History(lb string) (h procwatch.History, ok bool) {
+	s.mu.Lock()
+	in, ok := s.lbs[lb]
+	s.mu.Unlock()
+	if !ok {
+		return h, false
+	}
+	return in.d.History(), true
+}
+
 // detach gives a lifecycle step its own deadline, cut loose from the
 // request that asked for it: once begun, a start, stop, reload or delete
 // runs to completion even if the controller hangs up, so it never leaves

@@ -44,7 +44,9 @@ type Options struct {
 }
 
 // daemon is one keepalived under supervision: in the foreground (so the
-// agent is its parent) inside the data-plane namespace. What is
+// agent is its parent) inside the data-plane namespace, its log lines also
+// on its stdout (--log-console) so that its output file holds them with its
+// errors, and status can read its VRRP role there. What is
 // keepalived's own: its command line, "ready" (the main pid file names the
 // new process) and reload (SIGHUP).
 type daemon struct {
@@ -59,7 +61,7 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 	if k.log == nil {
 		k.log = zap.NewNop()
 	}
-	args := []string{"--dont-fork", "--log-facility=" + strconv.Itoa(o.LogFacility),
+	args := []string{"--dont-fork", "--log-console", "--log-facility=" + strconv.Itoa(o.LogFacility),
 		"-f", f.Config, "-p", f.Pid, "-r", f.VRRPPid, "-c", f.CheckPid}
 	k.argv = args
 	k.d = procwatch.NewDaemon(procwatch.Spec{

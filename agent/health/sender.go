@@ -64,6 +64,9 @@ type Sender struct {
 	gated    bool
 	resolver *net.Resolver
 
+	// state is what status shows.
+	state stateRecord
+
 	cacheMu sync.Mutex
 	cache   map[string]*cached // per LB seen running: its last good reading
 }
@@ -172,6 +175,7 @@ func (s *Sender) Cycle(ctx context.Context) {
 	cfg := s.cfg.Load()
 	now := time.Now()
 	if reason := keepalivedGate(s.base); reason != "" {
+		s.state.withheld(reason)
 		s.gated = true
 		if ok, n := s.limit.allow("gate", now); ok {
 			s.log.Error("no heartbeat sent: "+reason+"; the controller will fail this amphora over",
@@ -185,6 +189,7 @@ func (s *Sender) Cycle(ctx context.Context) {
 		s.log.Info("keepalived is running again; heartbeats resume")
 	}
 	if cfg.AmphoraID == "" {
+		s.state.withheld("[amphora_agent] amphora_id is not set")
 		if ok, n := s.limit.allow("id", now); ok {
 			s.log.Error("no heartbeat sent: [amphora_agent] amphora_id is not set", zap.Int("suppressed_since_last_log", n))
 		}
@@ -192,6 +197,7 @@ func (s *Sender) Cycle(ctx context.Context) {
 	}
 
 	msg, c := s.build(ctx, cfg)
+	s.state.update(func(st *State) { st.Suppressed, st.Seq = "", msg.Seq })
 	if err := s.builder.Counters().Save(CountersPath(s.base)); err != nil {
 		if ok, n := s.limit.allow("counters", now); ok {
 			s.log.Warn("cannot persist heartbeat counters", zap.Error(err), zap.Int("suppressed_since_last_log", n))

@@ -138,7 +138,10 @@ type Daemon struct {
 	removed  bool
 	retrying bool
 	respawns Respawns
-	history  History
+	// histMu guards history on its own, so that reading it never waits
+	// for a start or reload holding mu.
+	histMu  sync.Mutex
+	history History
 }
 
 // History is what an operator wants to know about a daemon's past.
@@ -177,8 +180,8 @@ func (d *Daemon) Pid() int {
 
 // History returns the daemon's restart record.
 func (d *Daemon) History() History {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.histMu.Lock()
+	defer d.histMu.Unlock()
 	return d.history
 }
 
@@ -196,7 +199,13 @@ func (d *Daemon) DesiredLocked() bool { return d.desired }
 // ReadDesired returns the recorded desired state; recorded is false when
 // nothing was recorded yet.
 func (d *Daemon) ReadDesired() (running, recorded bool, err error) {
-	rec, err := readRecord(d.spec.StatePath)
+	return ReadDesired(d.spec.StatePath)
+}
+
+// ReadDesired reads a desired-state record (a Spec's StatePath) without a
+// Daemon, for a reader that must not supervise anything (status).
+func ReadDesired(path string) (running, recorded bool, err error) {
+	rec, err := readRecord(path)
 	if err != nil {
 		return false, false, err
 	}
@@ -519,7 +528,9 @@ func (d *Daemon) respawner() *Respawner {
 				return false
 			}
 			if d.proc == proc {
+				d.histMu.Lock()
 				d.history.LastExit, d.history.LastExitAt = proc.Status, time.Now()
+				d.histMu.Unlock()
 				d.proc = nil
 			}
 			if s.OnDeath != nil {
@@ -531,7 +542,9 @@ func (d *Daemon) respawner() *Respawner {
 		Start: func(ctx context.Context) (*Process, error) {
 			err := d.StartLocked(ctx)
 			if err == nil {
+				d.histMu.Lock()
 				d.history.Restarts++
+				d.histMu.Unlock()
 			}
 			return d.proc, err
 		},

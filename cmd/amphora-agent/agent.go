@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
 
 	"github.com/amphora-agent/amphora-agent/agent"
 	"github.com/amphora-agent/amphora-agent/agent/api"
@@ -61,18 +62,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amphora-agent: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if len(files) == 0 {
-		files = configFiles{defaultConfigFile}
-	}
-
-	sources, err := config.ReadFiles(files)
+	files, cfg, warnings, err := loadConfig(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent: %v\n", err)
-		return 1
-	}
-	cfg, warnings, err := config.Load(sources)
-	if err != nil {
-		fmt.Fprintf(stderr, "amphora-agent: invalid configuration: %v\n", err)
 		return 1
 	}
 
@@ -89,6 +81,23 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// loadConfig reads and loads the --config-file list, the default file
+// when it is empty.
+func loadConfig(files configFiles) (configFiles, *config.Config, []string, error) {
+	if len(files) == 0 {
+		files = configFiles{defaultConfigFile}
+	}
+	sources, err := config.ReadFiles(files)
+	if err != nil {
+		return files, nil, nil, err
+	}
+	cfg, warnings, err := config.Load(sources)
+	if err != nil {
+		return files, nil, nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return files, cfg, warnings, nil
 }
 
 func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel) error {
@@ -120,7 +129,15 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	// The namespace and the plugged ports come back before any load
 	// balancer starts; a failure is logged and the API still serves.
 	sd.Status("restoring network namespace")
-	netErr := a.PrepareNetwork(ctx)
+	var netErr error
+	if why := noDataPlane(); why != "" {
+		// `make run` as a user: one line saying what will not work
+		// instead of a netlink error.
+		log.Warn(fmt.Sprintf("%s: the data-plane namespace %s cannot be made, so plugging NICs and running load balancers or keepalived will fail; the API, configuration and heartbeats work",
+			why, cfg.Namespace))
+	} else {
+		netErr = a.PrepareNetwork(ctx)
+	}
 	a.Start(ctx)
 	// Load balancers come back in the background so the API answers at
 	// once; controller mutations wait for the restore's lock.
@@ -145,6 +162,14 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		}
 		restored <- errors.Join(netErr, lbErr, lvsErr, vrrpErr)
 		return errors.Join(lbErr, lvsErr, vrrpErr)
+	})
+	// `amphora-agent status` asks on a root-only unix socket; a failure
+	// to offer it is logged and changes nothing else.
+	bg.start("status socket", func() error {
+		if err := serveStatus(ctx, a, heartbeat, a.Config(), log.Named("status")); err != nil {
+			log.Warn("status socket not available", zap.Error(err))
+		}
+		return nil
 	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
@@ -206,6 +231,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		case <-ctx.Done():
 			return nil
 		}
+		a.SetReady()
 		sd.Ready(readyStatus(a.Config().BasePath, restoreErr))
 		return nil
 	})
@@ -284,4 +310,18 @@ func (b *background) wait(log *zap.Logger, grace time.Duration) {
 	case <-time.After(grace):
 		log.Error("background work did not stop in time", zap.Duration("waited", grace))
 	}
+}
+
+// noDataPlane says why this process cannot build the data-plane namespace
+// (it lacks CAP_SYS_ADMIN: not root), "" when it can.
+func noDataPlane() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) == nil && data[unix.CAP_SYS_ADMIN/32].Effective&(1<<(unix.CAP_SYS_ADMIN%32)) != 0 {
+		return ""
+	}
+	return "not running as root"
 }

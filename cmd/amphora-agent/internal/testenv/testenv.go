@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,6 +81,9 @@ type Env struct {
 	Extra string
 	// Env is added to the agent's environment (NOTIFY_SOCKET=..., say).
 	Env []string
+	// Credential, when set, runs the agent as that user (the test makes
+	// Dir readable to it).
+	Credential *syscall.Credential
 
 	namespace string
 
@@ -201,6 +205,9 @@ func (e *Env) Start() {
 	e.cmd = exec.Command(Binary(t), "--config-file", e.ConfigPath)
 	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
 	e.cmd.Env = append(withoutServiceManager(os.Environ()), e.Env...)
+	if e.Credential != nil {
+		e.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: e.Credential}
+	}
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
