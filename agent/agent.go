@@ -386,6 +386,8 @@ func restartOnly(old, cur *config.Config) []string {
 	check("[amphora_agent] agent_server_ca", old.ServerCA != cur.ServerCA)
 	check("[amphora_agent] agent_tls_protocol", old.TLSMinVersion != cur.TLSMinVersion)
 	check("[amphora_agent] network_namespace", old.Namespace != cur.Namespace)
+	check("[amphora_agent] prometheus_proxy_address", old.PrometheusProxy != cur.PrometheusProxy)
+	check("[amphora_agent] prometheus_exporter_address", old.PrometheusExporter != cur.PrometheusExporter)
 	check("[DEFAULT] use_syslog", old.UseSyslog != cur.UseSyslog)
 	check("[DEFAULT] syslog_log_facility", old.SyslogFacility != cur.SyslogFacility)
 	return changed

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -392,5 +393,21 @@ func TestLoadBalancerActionValidation(t *testing.T) {
 		if err := f.a.DeleteListener(ctx, id); err != nil {
 			t.Errorf("delete %s: %v", id, err)
 		}
+	}
+}
+
+// Options read once at start-up are named when a new configuration
+// changes them.
+func TestRestartOnlyOptions(t *testing.T) {
+	old := &config.Config{PrometheusProxy: "127.0.0.1:9102", PrometheusExporter: "127.0.0.1:9101"}
+	cur := *old
+	cur.PrometheusProxy, cur.PrometheusExporter = "127.0.0.1:19102", "127.0.0.1:19101"
+	got := restartOnly(old, &cur)
+	want := []string{"[amphora_agent] prometheus_proxy_address", "[amphora_agent] prometheus_exporter_address"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if got := restartOnly(old, old); len(got) != 0 {
+		t.Fatalf("unchanged: %v", got)
 	}
 }
