@@ -288,17 +288,9 @@ func readTunedProfiles(path string) string {
 // available (MemAvailable; on kernels without it, free plus buffers plus
 // page cache). Nothing is rounded here.
 func (r Reader) Utilization() (cpuPercent, memPercent float64, err error) {
-	load, err := os.ReadFile(filepath.Join(r.procDir(), "loadavg"))
+	load1, err := r.load1()
 	if err != nil {
 		return 0, 0, err
-	}
-	fields, err := parseLoadavg(load)
-	if err != nil {
-		return 0, 0, err
-	}
-	load1, err := strconv.ParseFloat(fields[0], 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("loadavg: %w", err)
 	}
 	stat, err := os.ReadFile(filepath.Join(r.procDir(), "stat"))
 	if err != nil {
@@ -324,4 +316,31 @@ func (r Reader) Utilization() (cpuPercent, memPercent float64, err error) {
 		avail = m.Free
 	}
 	return cpuPercent, float64(m.Total-avail) / float64(m.Total) * 100, nil
+}
+
+// load1 is the 1-minute load average. On the host it comes from
+// sysinfo(2), as glibc's getloadavg (psutil's source) takes it: finer
+// than the two decimals of /proc/loadavg, which a Reader pointed at a
+// fixture reads instead.
+func (r Reader) load1() (float64, error) {
+	if r.ProcDir == "" {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return 0, fmt.Errorf("sysinfo: %w", err)
+		}
+		return float64(si.Loads[0]) / (1 << unix.SI_LOAD_SHIFT), nil
+	}
+	data, err := os.ReadFile(filepath.Join(r.procDir(), "loadavg"))
+	if err != nil {
+		return 0, err
+	}
+	fields, err := parseLoadavg(data)
+	if err != nil {
+		return 0, err
+	}
+	load, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("loadavg: %w", err)
+	}
+	return load, nil
 }
