@@ -275,3 +275,24 @@ func TestRenamesEqualSequentialReplace(t *testing.T) {
 		}
 	}
 }
+
+// Streaming: a translator in use allocates nothing per page or per line,
+// so a scrape's memory does not grow with the members (10,000 here).
+func TestTranslateAllocatesNothing(t *testing.T) {
+	var page bytes.Buffer
+	page.WriteString("# HELP haproxy_server_weight x\n# TYPE haproxy_server_weight gauge\n")
+	for i := 0; i < 10000; i++ {
+		fmt.Fprintf(&page, "haproxy_server_weight{proxy=\"p%d:l\",server=\"m%d\"} 1\n", i/200, i)
+	}
+	var tr Translator
+	r := bytes.NewReader(page.Bytes())
+	allocs := testing.AllocsPerRun(3, func() {
+		r.Reset(page.Bytes())
+		if err := tr.Translate(io.Discard, r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per page", allocs)
+	}
+}
