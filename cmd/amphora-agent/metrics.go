@@ -25,8 +25,10 @@ const (
 	// metricsWatchInterval: how often the namespace is looked at (created
 	// late by the first plug, or recreated); upstream retries every second.
 	metricsWatchInterval = time.Second
-	// metricsFetchTimeout bounds one scrape's read of HAProxy's page; the
-	// controller's config gives the whole exchange 5 s.
+	// metricsFetchTimeout bounds one scrape's read of HAProxy's page. A
+	// tenant's scrape through the PROMETHEUS listener is cut by HAProxy
+	// after 5 s anyway (the template's timeout server); a direct scrape
+	// of a very large page may take longer.
 	metricsFetchTimeout = 30 * time.Second
 )
 
@@ -39,8 +41,9 @@ type metricsServer struct {
 	log       *zap.Logger
 	// utilization gives the CPU and memory gauges (sysinfo by default).
 	utilization func() (cpu, mem float64, err error)
-	// sources add series to the page's families (LVS listeners).
-	sources []promex.Source
+	// extra, when set, gives each scrape's other sources of series (the
+	// UDP and SCTP listeners' IPVS counters, read once per scrape).
+	extra func(ctx context.Context) []promex.Source
 	// watched, when set, hears after each look at the namespace whether
 	// the endpoint is open (tests).
 	watched func(open bool)
@@ -62,7 +65,7 @@ func newMetricsServer(namespace, listen, exporter string, log *zap.Logger) *metr
 		DisableKeepAlives:  true,
 		DisableCompression: true,
 	}}
-	m.translators.New = func() any { return &promex.Translator{Sources: m.sources} }
+	m.translators.New = func() any { return new(promex.Translator) }
 	return m
 }
 
@@ -164,6 +167,10 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := bufio.NewWriterSize(w, 32<<10)
 	tr := m.translators.Get().(*promex.Translator)
 	defer m.translators.Put(tr)
+	tr.Sources = nil
+	if m.extra != nil {
+		tr.Sources = m.extra(ctx)
+	}
 	err = promex.WriteUtilization(out, cpu, mem)
 	if err == nil {
 		err = tr.Translate(out, resp.Body)

@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	vnetns "github.com/vishvananda/netns"
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/haproxy/promex"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
@@ -228,3 +231,56 @@ func TestMetricsFollowNamespace(t *testing.T) {
 	exporterIn(2)
 	waitFor("octavia_loadbalancer_listeners 2\n")
 }
+
+// extraSource adds one sample to one family.
+type extraSource struct{ family, sample string }
+
+func (e extraSource) WriteSamples(w io.Writer, family string) error {
+	if family == e.family {
+		_, err := io.WriteString(w, e.sample)
+		return err
+	}
+	return nil
+}
+
+// Series of another source (the UDP and SCTP listeners') join HAProxy's
+// in their family, asked for at each scrape, and the page still parses
+// with Prometheus's own text parser.
+func TestMetricsExtraSeries(t *testing.T) {
+	in, err := os.ReadFile("../../haproxy/promex/testdata/haproxy26_haproxy.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := testMetricsServer(t, fakeExporter(t, string(in)))
+	scrapes := 0
+	m.extra = func(context.Context) []promex.Source {
+		scrapes++
+		return []promex.Source{extraSource{"octavia_listener_bytes_in_total",
+			fmt.Sprintf("octavia_listener_bytes_in_total{listener=\"udp-%d\"} 7\n", scrapes)}}
+	}
+	for want := 1; want <= 2; want++ {
+		resp := scrape(t, m, http.MethodGet)
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatalf("scrape %d does not parse: %v", want, err)
+		}
+		var listeners []string
+		for _, s := range families["octavia_listener_bytes_in_total"].GetMetric() {
+			listeners = append(listeners, s.GetLabel()[0].GetValue())
+		}
+		if got := strings.Join(listeners, " "); got != promHTTP26+" "+promListener26+fmt.Sprintf(" udp-%d", want) {
+			t.Errorf("scrape %d: listeners %s", want, got)
+		}
+	}
+}
+
+// The listeners of the golden HAProxy 2.6 page.
+const (
+	promHTTP26     = "1a0c13c0-8e69-46c7-a68a-ca4937996d74"
+	promListener26 = "0b248d39-eb90-4180-91aa-5363be7df4db"
+)
