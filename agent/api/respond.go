@@ -98,3 +98,30 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zap.Logger, err err
 		writeJSON(w, status, body)
 	}
 }
+
+// Descriptions of the framework answers for requests that cannot be read,
+// as upstream's framework words them.
+var unreadableDesc = map[int]string{
+	http.StatusBadRequest:                  "The browser (or proxy) sent a request that this server could not understand.",
+	http.StatusRequestHeaderFieldsTooLarge: "One or more header fields exceeds the maximum size.",
+	http.StatusNotImplemented:              "The server does not support the action requested by the browser.",
+}
+
+// UnreadableRequestBody is the Shape B body for an answer net/http writes
+// on its own, before any handler (bad request line, oversized headers):
+// the same JSON the controller gets for every other error. detail is
+// net/http's own reason, when it gave one.
+func UnreadableRequestBody(code int, reason, detail string) []byte {
+	desc := unreadableDesc[code]
+	switch {
+	case detail != "" && desc != "":
+		desc += " (" + detail + ")"
+	case detail != "":
+		desc = detail
+	}
+	if reason == "" {
+		reason = http.StatusText(code)
+	}
+	body, _ := json.Marshal(frameworkError{Error: fmt.Sprintf("%d %s: %s", code, reason, desc), HTTPCode: code})
+	return body
+}
