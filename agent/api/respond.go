@@ -6,8 +6,11 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"syscall"
 
 	"go.uber.org/zap"
 
@@ -86,6 +89,8 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zap.Logger, err err
 		log.Info("request refused", fields...)
 	}
 	switch {
+	case diskFull(err):
+		writeJSON(w, status, diskFullBody(fe, err))
 	case fe.Framework && status == http.StatusInternalServerError:
 		writeFramework(w, status, descInternal)
 	case fe.Framework:
@@ -124,4 +129,30 @@ func UnreadableRequestBody(code int, reason, detail string) []byte {
 	}
 	body, _ := json.Marshal(frameworkError{Error: fmt.Sprintf("%d %s: %s", code, reason, desc), HTTPCode: code})
 	return body
+}
+
+// diskFullText is what every answer to a failure caused by a full disk
+// says, whatever the route, so the operator sees the cause in the
+// controller's log instead of a bare 500.
+const diskFullText = "No space left on device"
+
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// diskFullBody is the Shape A body of a failure caused by a full disk:
+// the failure's own message when it has one, and details that say the
+// disk is full.
+func diskFullBody(fe *fault.Error, err error) message {
+	msg, details := diskFullText, err.Error()
+	if fe.Framework && fe.Cause != nil {
+		details = fe.Cause.Error()
+	}
+	if !fe.Framework && fe.Message != "" {
+		msg, details = fe.Message, fe.Details
+	}
+	if !strings.Contains(strings.ToLower(details), strings.ToLower(diskFullText)) {
+		details = strings.TrimSuffix(diskFullText+": "+details, ": ")
+	}
+	return message{Message: msg, Details: &details}
 }
