@@ -131,3 +131,35 @@ func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
 		t.Errorf("listeners on a full disk: %d %s", status, body)
 	}
 }
+
+// TestFullDiskPlugAnswers: the network routes on a full disk (a member
+// port to plug, VIP firewall rules to store) answer that the disk is full,
+// and the port stays where it was.
+func TestFullDiskPlugAnswers(t *testing.T) {
+	n := newNetTopology(t)
+	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\n", n.amp.Name)
+	onTmpfs(t, n.env, 8<<20)
+	n.env.Start()
+	e := n.env
+	vipBody := fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q, "vrrp_ip": %q}`, n.vipNIC.A.MAC, netVRRP)
+	if status, _, body := e.Do("POST", "/1.0/plug/vip/"+netVIP, []byte(vipBody)); status != 202 {
+		t.Fatalf("plug vip: %d %s\n%s", status, body, e.Output())
+	}
+
+	fill(t, e.Dir)
+	memberBody := fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q, "subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}]}`,
+		n.memNIC.A.MAC, netMemberIP)
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/1.0/plug/network", memberBody},
+		{"PUT", "/1.0/interface/" + netVRRP + "/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`},
+	} {
+		status, ctype, body := e.Do(c.method, c.path, []byte(c.body))
+		if status != 500 || ctype != "application/json" || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+			t.Errorf("%s %s on a full disk: %d %s %s", c.method, c.path, status, ctype, body)
+		}
+	}
+	// The member port was not moved into the namespace.
+	if out, err := exec.Command("ip", "-n", n.amp.Name, "-o", "link").CombinedOutput(); err != nil || strings.Contains(string(out), n.memNIC.A.MAC) {
+		t.Errorf("member port in the namespace after the refused plug: %v\n%s", err, out)
+	}
+}
