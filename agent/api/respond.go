@@ -110,6 +110,8 @@ var unreadableDesc = map[int]string{
 	http.StatusBadRequest:                  "The browser (or proxy) sent a request that this server could not understand.",
 	http.StatusRequestHeaderFieldsTooLarge: "One or more header fields exceeds the maximum size.",
 	http.StatusNotImplemented:              "The server does not support the action requested by the browser.",
+	http.StatusExpectationFailed:           "The server could not meet the requirements of the Expect header",
+	http.StatusHTTPVersionNotSupported:     "The server does not support the HTTP protocol version used in the request.",
 }
 
 // UnreadableRequestBody is the Shape B body for an answer net/http writes

@@ -227,7 +227,8 @@ type Conn struct {
 
 // The exact framing net/http uses for the answers it writes on its own
 // when a request cannot be read (bad request line, headers too large,
-// unsupported transfer encoding): one write, then the connection closes.
+// unsupported transfer encoding or HTTP version): one write, then the
+// connection closes.
 var (
 	goErrorPrefix  = []byte("HTTP/1.1 ")
 	goErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
@@ -247,11 +248,20 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// goExpectationFailed starts net/http's answer to an Expect header other
+// than 100-continue, sent before any handler: headers only, no body.
+var goExpectationFailed = []byte("HTTP/1.1 417 Expectation Failed\r\n")
+
 // rewrite recognises a whole net/http error answer: status line, the fixed
 // headers, and a body that repeats the status line (or, for 501, names
-// the transfer encoding). Handler answers never have this form: they
-// carry a Content-Length and never this exact header block.
+// the transfer encoding); or its bodiless 417. Handler answers never have
+// these forms: they carry a Content-Length and never this exact header
+// block, and the agent never answers 417.
 func (c *Conn) rewrite(b []byte) ([]byte, bool) {
+	if bytes.HasPrefix(b, goExpectationFailed) && bytes.HasSuffix(b, []byte("\r\n\r\n")) &&
+		bytes.Contains(b, []byte("\r\nContent-Length: 0\r\n")) && bytes.Count(b, []byte("\r\n\r\n")) == 1 {
+		return c.answer(417, []byte("Expectation Failed"), ""), true
+	}
 	if !bytes.HasPrefix(b, goErrorPrefix) {
 		return nil, false
 	}
@@ -273,14 +283,20 @@ func (c *Conn) rewrite(b []byte) ([]byte, bool) {
 	if !bytes.Equal(body, status) {
 		description = body
 	}
-	payload := c.errorBody(code, string(reason), string(description))
+	return c.answer(code, reason, string(description)), true
+}
+
+// answer renders the JSON answer that replaces net/http's; the connection
+// closes after it, as after net/http's.
+func (c *Conn) answer(code int, reason []byte, description string) []byte {
+	payload := c.errorBody(code, string(reason), description)
 	var out bytes.Buffer
 	out.Write(goErrorPrefix)
-	out.Write(status[:4])
+	out.WriteString(strconv.Itoa(code) + " ")
 	out.Write(reason)
 	out.WriteString("\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ")
 	out.WriteString(strconv.Itoa(len(payload)))
 	out.WriteString("\r\n\r\n")
 	out.Write(payload)
-	return out.Bytes(), true
+	return out.Bytes()
 }

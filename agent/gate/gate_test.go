@@ -168,6 +168,8 @@ func TestRewriteOfNetHTTPErrorAnswers(t *testing.T) {
 			`{"code":400,"reason":"Bad Request","desc":"missing required Host header"}`},
 		{"HTTP/1.1 501 Not Implemented" + headers + "Unsupported transfer encoding",
 			`{"code":501,"reason":"Not Implemented","desc":"Unsupported transfer encoding"}`},
+		{"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: Mon, 30 Nov 2026 16:00:00 GMT\r\nContent-Length: 0\r\n\r\n",
+			`{"code":417,"reason":"Expectation Failed","desc":""}`},
 	}
 	for _, tc := range cases {
 		out, ok := c.rewrite([]byte(tc.in))
@@ -186,6 +188,7 @@ func TestRewriteOfNetHTTPErrorAnswers(t *testing.T) {
 		"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=UTF-8\r\n\r\nHTTP/1.1 400 Bad Request",
 		// A body chunk that quotes an error answer, with more after it.
 		"HTTP/1.1 400 Bad Request" + headers + "400 Bad Request\nglobal\n",
+		"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",
 	} {
 		if out, ok := c.rewrite([]byte(in)); ok {
 			t.Errorf("%q rewritten to %q", in, out)

@@ -332,6 +332,11 @@ func TestHostileHTTP(t *testing.T) {
 		{"header over the limit", "GET / HTTP/1.1\r\nHost: amp\r\nX-Big: " + strings.Repeat("x", 70<<10) + "\r\n\r\n", 431},
 		{"unknown transfer encoding", "PUT /1.0/config HTTP/1.1\r\nHost: amp\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
 		{"header without colon", "GET / HTTP/1.1\r\nHost: amp\r\nnonsense\r\n\r\n", 400},
+		// The preface reaches the router as a request for "*".
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 404},
+		{"HTTP/2.0 request", "GET / HTTP/2.0\r\nHost: amp\r\n\r\n", 505},
+		{"unknown expectation", "PUT /1.0/config HTTP/1.1\r\nHost: amp\r\nExpect: magic\r\nContent-Length: 1\r\n\r\nx", 417},
+		{"two lengths", "PUT /1.0/config HTTP/1.1\r\nHost: amp\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy", 400},
 	}
 	h.unchanged("unreadable requests", func() {
 		for _, c := range cases {
