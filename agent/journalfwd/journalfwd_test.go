@@ -7,39 +7,17 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/journal"
+
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 )
 
-// fakeJournal records what it is sent; while gate is set, Send waits on it.
-type fakeJournal struct {
-	mu    sync.Mutex
-	lines []string
-	pris  []journal.Priority
-	ids   []string
-	gate  chan struct{}
-}
+type fakeJournal struct{ journalfwdtest.Journal }
 
-func (j *fakeJournal) Send(m string, p journal.Priority, f map[string]string) error {
-	if j.gate != nil {
-		<-j.gate
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.lines = append(j.lines, m)
-	j.pris = append(j.pris, p)
-	j.ids = append(j.ids, f["SYSLOG_IDENTIFIER"])
-	return nil
-}
-
-func (j *fakeJournal) got() []string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([]string(nil), j.lines...)
-}
+func (j *fakeJournal) got() []string { return j.Messages("") }
 
 // want polls until the journal holds exactly lines.
 func (j *fakeJournal) want(t *testing.T, lines ...string) {
@@ -99,8 +77,8 @@ func TestFollowerResumesAtTheEndAndWaitsForWholeLines(t *testing.T) {
 	appendFile(t, path, "ial\n\n")
 	fw.Poll()
 	j.want(t, "new 1", "new 2 partial")
-	if j.ids[0] != "haproxy-lb1" {
-		t.Errorf("identifier %q", j.ids[0])
+	if id := j.Entries()[0].Fields["SYSLOG_IDENTIFIER"]; id != "haproxy-lb1" {
+		t.Errorf("identifier %q", id)
 	}
 }
 
@@ -188,8 +166,8 @@ func TestFollowerPriorityAndSkip(t *testing.T) {
 	appendFile(t, path, "[ALERT] bad\nskip me\nfine\n")
 	fw.Poll()
 	j.want(t, "[ALERT] bad", "fine")
-	if !reflect.DeepEqual(j.pris, []journal.Priority{journal.PriErr, journal.PriInfo}) {
-		t.Errorf("priorities %v", j.pris)
+	if e := j.Entries(); e[0].Priority != journal.PriErr || e[1].Priority != journal.PriInfo {
+		t.Errorf("entries %v", e)
 	}
 }
 
@@ -197,7 +175,8 @@ func TestFollowerPriorityAndSkip(t *testing.T) {
 // bounded, the overflow is dropped and reported once the journal is back.
 func TestFollowerNeverBlocksOnASlowJournal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "haproxy.log")
-	j := &fakeJournal{gate: make(chan struct{})}
+	j := &fakeJournal{}
+	j.Gate = make(chan struct{})
 	fw, _ := start(t, path, Options{Sink: j, Queue: 4})
 	var b strings.Builder
 	for i := range 20 {
@@ -211,7 +190,7 @@ func TestFollowerNeverBlocksOnASlowJournal(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Poll blocked on the journal")
 	}
-	close(j.gate)
+	close(j.Gate)
 	for deadline := time.Now().Add(5 * time.Second); len(fw.q) > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the queue does not drain")
