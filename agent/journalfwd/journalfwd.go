@@ -21,7 +21,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultMaxLine = 4 << 10
-	DefaultQueue   = 1024
+	DefaultQueue   = 256
 	// readBudget bounds what one Poll reads; the rest waits for the next.
 	readBudget = 1 << 20
 )
