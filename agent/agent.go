@@ -414,7 +414,7 @@ func (a *Agent) applyLevel(cfg *config.Config) {
 // bad rotation cannot lock the controller out. The next TLS handshake
 // serves the new certificate.
 func (a *Agent) RotateCertificate(ctx context.Context, body []byte) error {
-	if err := certs.ValidateServerPEM(body); err != nil {
+	if err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now()); err != nil {
 		return fault.Invalid("Invalid certificate", err.Error())
 	}
 	path := a.Config().ServerCert

@@ -347,12 +347,20 @@ func TestRotateCertificate(t *testing.T) {
 	next, _ := ca.Server("amp-1")
 	certPath := f.write("server.pem", string(old.Combined()))
 
-	err = f.a.RotateCertificate(context.Background(), next.CertPEM)
-	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid {
-		t.Fatalf("certificate without key: %v", err)
-	}
-	if now, _ := os.ReadFile(certPath); string(now) != string(old.Combined()) {
-		t.Fatal("refused upload replaced the file")
+	expired, _ := ca.ServerValid("amp-1", []string{"amp-1"}, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	other, _ := ca.Server("amp-2")
+	for name, body := range map[string][]byte{
+		"certificate without key": next.CertPEM,
+		"expired certificate":     expired.Combined(),
+		"another amphora's":       other.Combined(),
+	} {
+		err = f.a.RotateCertificate(context.Background(), body)
+		if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid || fe.Message != "Invalid certificate" {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if now, _ := os.ReadFile(certPath); string(now) != string(old.Combined()) {
+			t.Fatalf("refused upload (%s) replaced the file", name)
+		}
 	}
 	if err := f.a.RotateCertificate(context.Background(), next.Combined()); err != nil {
 		t.Fatal(err)

@@ -115,13 +115,16 @@ func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (stri
 	if !a.lbStore.Exists(id) {
 		return "", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+id)
 	}
+	// A stop goes ahead even when the check script cannot be rewritten
+	// (a full disk), and reports that after.
+	var checkErr error
 	if a.Config().ActiveStandby() {
 		excluded := ""
 		if action == actionStop {
 			excluded = id
 		}
-		if err := a.updateVRRPCheck(excluded); err != nil {
-			return "", err
+		if checkErr = a.updateVRRPCheck(excluded); checkErr != nil && action != actionStop {
+			return "", checkErr
 		}
 	}
 	started := action == actionStart
@@ -132,6 +135,9 @@ func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (stri
 	case actionStop:
 		err = a.lbs.Stop(ctx, id)
 		a.loadBalancerGone(id)
+		if err == nil && checkErr != nil {
+			err = fault.Internal("HAProxy stopped, but the VRRP check script could not be updated", checkErr.Error(), checkErr)
+		}
 	case actionReload:
 		started, err = a.lbs.Reload(ctx, id)
 		a.outcomes.reload(id, err)

@@ -170,10 +170,17 @@ func (s *Supervisor) Stop(ctx context.Context, lb string) error {
 	in := s.instance(lb)
 	in.d.Lock()
 	defer in.d.Unlock()
-	if err := in.d.SetDesiredLocked(false); err != nil {
-		return fault.Internalf("%w", err)
+	// HAProxy stops even when its stopped state cannot be recorded (a
+	// full disk): the controller asked for it to stop, and hears about
+	// the record after.
+	recErr := in.d.SetDesiredLocked(false)
+	if err := in.stopLocked(); err != nil {
+		return errors.Join(err, recErr)
 	}
-	return in.stopLocked()
+	if recErr != nil {
+		return fault.Internal("HAProxy stopped, but its stopped state could not be recorded", recErr.Error(), recErr)
+	}
+	return nil
 }
 
 // Reload makes lb run its stored config without dropping connections. A

@@ -22,6 +22,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent"
 	"github.com/amphora-agent/amphora-agent/agent/api"
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/gate"
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
@@ -43,6 +44,12 @@ const (
 	idleTimeout       = 120 * time.Second
 	maxHeaderBytes    = 64 << 10
 	shutdownGrace     = 10 * time.Second
+	handshakeTimeout  = 10 * time.Second
+	// Controllers open a handful of connections at a time; the bound
+	// only matters to a flood, which then displaces its own oldest.
+	maxPendingHandshakes = 128
+	// One line about failed handshakes per period at most.
+	handshakeLogEvery = 10 * time.Second
 )
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
@@ -195,7 +202,6 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	})
 	srv := &http.Server{
 		Handler:           handler,
-		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -215,9 +221,20 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		zap.String("version", version), zap.String("amphora_id", cfg.AmphoraID),
 		zap.Strings("config_files", files))
 
+	// The gate completes mutual-TLS handshakes before net/http sees a
+	// connection: idle or slow connections cannot pile up goroutines and
+	// buffers or keep a controller waiting (see package gate).
+	front := gate.New(ln, gate.Options{
+		TLS:              tlsCfg,
+		HandshakeTimeout: handshakeTimeout,
+		MaxPending:       maxPendingHandshakes,
+		LogEvery:         handshakeLogEvery,
+		ErrorBody:        api.UnreadableRequestBody,
+		Log:              log.Named("tls"),
+	})
 	errc := make(chan error, 1)
 	go func() {
-		err := srv.ServeTLS(ln, "", "")
+		err := srv.Serve(front)
 		live.apiEnded.Store(true)
 		errc <- err
 	}()

@@ -1,0 +1,165 @@
+//go:build system
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+)
+
+// onTmpfs moves an Env's folder onto a tmpfs of size bytes, so a test can
+// fill the agent's disk without touching the machine's.
+func onTmpfs(t *testing.T, e *testenv.Env, size int) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "aa-full-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", size), "tmpfs", dir).CombinedOutput(); err != nil {
+		os.Remove(dir)
+		t.Skipf("cannot mount a tmpfs (needs root): %v %s", err, out)
+	}
+	// Registered before the agent starts, so it runs after the agent
+	// (and HAProxy) stopped.
+	t.Cleanup(func() {
+		exec.Command("umount", "-l", dir).Run()
+		os.Remove(dir)
+	})
+	if out, err := exec.Command("cp", "-a", e.Dir+"/.", dir).CombinedOutput(); err != nil {
+		t.Fatalf("copying the env: %v %s", err, out)
+	}
+	moved := func(p string) string { return filepath.Join(dir, strings.TrimPrefix(p, e.Dir)) }
+	e.CAFile, e.ServerCert, e.ClientCert, e.ConfigPath = moved(e.CAFile), moved(e.ServerCert), moved(e.ClientCert), moved(e.ConfigPath)
+	e.Dir = dir
+}
+
+// fill writes into dir until the file system has no room left.
+func fill(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for i := 0; ; i++ {
+		if i > 1<<14 {
+			t.Fatal("the file system never filled up")
+		}
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	// The last partial blocks too, so even a tiny write fails.
+	small := make([]byte, 512)
+	for i := 0; i < 1<<10; i++ {
+		if _, err := f.Write(small); err != nil {
+			return
+		}
+	}
+}
+
+// TestFullDiskIsNamedInEveryAnswer runs the real binary with its state on
+// a small tmpfs, fills it up, and calls every route that writes: each one
+// fails with an answer that says the disk is full (none with a bare 500),
+// and stop still stops HAProxy, saying that recording it failed.
+func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
+	e := testenv.New(t)
+	onTmpfs(t, e, 8<<20)
+	e.Start()
+	const lb = "d1d2d3d4-0000-4000-8000-00000000f011"
+	base := e.Path("lib")
+	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
+	cfg := plainLBConfig(base, lb, "127.0.0.1:8081", "127.0.0.1:8443")
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+lb+"/haproxy", []byte(cfg)); status != 202 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil); status != 202 {
+		t.Fatalf("start: %d %s", status, body)
+	}
+	master := hap.master()
+	if master == 0 || !isHAProxy(master) {
+		t.Fatalf("no HAProxy running after start (pid %d)", master)
+	}
+
+	fill(t, e.Dir)
+	newCert, err := e.CA.Server(e.AmphoraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lb2 = "d1d2d3d4-0000-4000-8000-00000000f012"
+	writes := []struct {
+		method, path string
+		body         string
+	}{
+		{"PUT", "/1.0/config", e.Config()},
+		{"PUT", "/1.0/certificate", string(newCert.Combined())},
+		{"PUT", "/1.0/loadbalancer/" + e.AmphoraID + "/" + lb2 + "/haproxy", plainLBConfig(base, lb2, "127.0.0.1:8081", "127.0.0.1:8444")},
+		{"PUT", "/1.0/loadbalancer/" + e.AmphoraID + "/" + lb + "/haproxy", cfg + "# changed\n"},
+		{"PUT", "/1.0/loadbalancer/" + lb + "/certificates/x.pem", "pem"},
+		{"PUT", "/1.0/vrrp/upload", "vrrp_instance x {\n}\n"},
+		{"PUT", "/1.0/listeners/" + e.AmphoraID + "/e1e2e3e4-0000-4000-8000-00000000f013/udp_listener", lvsConfig(e, "e1e2e3e4-0000-4000-8000-00000000f013")},
+	}
+	for _, w := range writes {
+		status, ctype, body := e.Do(w.method, w.path, []byte(w.body))
+		if status != 500 || ctype != "application/json" || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+			t.Errorf("%s %s on a full disk: %d %s %s", w.method, w.path, status, ctype, body)
+		}
+	}
+
+	// Stop stops HAProxy, and says its state could not be recorded.
+	status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/stop", nil)
+	if status != 500 || !strings.Contains(string(body), "HAProxy stopped") || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+		t.Errorf("stop on a full disk: %d %s", status, body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return !isHAProxy(master) })
+
+	// Reads still answer.
+	if status, _, body := e.Do("GET", "/1.0/listeners", nil); status != 200 {
+		t.Errorf("listeners on a full disk: %d %s", status, body)
+	}
+}
+
+// TestFullDiskPlugAnswers: the network routes on a full disk (a member
+// port to plug, VIP firewall rules to store) answer that the disk is full,
+// and the port stays where it was.
+func TestFullDiskPlugAnswers(t *testing.T) {
+	n := newNetTopology(t)
+	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\n", n.amp.Name)
+	onTmpfs(t, n.env, 8<<20)
+	n.env.Start()
+	e := n.env
+	vipBody := fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q, "vrrp_ip": %q}`, n.vipNIC.A.MAC, netVRRP)
+	if status, _, body := e.Do("POST", "/1.0/plug/vip/"+netVIP, []byte(vipBody)); status != 202 {
+		t.Fatalf("plug vip: %d %s\n%s", status, body, e.Output())
+	}
+
+	fill(t, e.Dir)
+	memberBody := fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q, "subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}]}`,
+		n.memNIC.A.MAC, netMemberIP)
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/1.0/plug/network", memberBody},
+		{"PUT", "/1.0/interface/" + netVRRP + "/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`},
+	} {
+		status, ctype, body := e.Do(c.method, c.path, []byte(c.body))
+		if status != 500 || ctype != "application/json" || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+			t.Errorf("%s %s on a full disk: %d %s %s", c.method, c.path, status, ctype, body)
+		}
+	}
+	// The member port was not moved into the namespace.
+	if out, err := exec.Command("ip", "-n", n.amp.Name, "-o", "link").CombinedOutput(); err != nil || strings.Contains(string(out), n.memNIC.A.MAC) {
+		t.Errorf("member port in the namespace after the refused plug: %v\n%s", err, out)
+	}
+}
