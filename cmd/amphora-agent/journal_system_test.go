@@ -104,11 +104,17 @@ func (j *fakeJournald) wrap(t *testing.T) []string {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare is not installed")
 	}
-	if err := os.MkdirAll("/run/systemd/journal", 0o755); err != nil {
-		t.Skipf("no mount point for a fake journal: %v", err)
+	// A host without systemd has no such folder: make it, and remove it
+	// again (a mount point, empty on the host).
+	const mountPoint = "/run/systemd/journal"
+	if _, err := os.Stat(mountPoint); os.IsNotExist(err) {
+		if err := os.MkdirAll(mountPoint, 0o755); err != nil {
+			t.Skipf("no mount point for a fake journal: %v", err)
+		}
+		t.Cleanup(func() { os.Remove(mountPoint) })
 	}
 	return []string{"unshare", "-m", "--propagation", "slave", "sh", "-c",
-		`mount --bind "$0" /run/systemd/journal && exec "$@"`, j.dir}
+		`mount --bind "$0" ` + mountPoint + ` && exec "$@"`, j.dir}
 }
 
 func countContaining(lines []string, sub string) int {
