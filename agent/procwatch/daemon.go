@@ -390,10 +390,11 @@ func capLog(path string, max int64) bool {
 // keepLog holds the output file to MaxLog and, when Journal has a sink,
 // forwards its new lines, for as long as the daemon is supervised (the
 // file outlives each process: a new run renames it away, a restart of the
-// agent finds it). It runs on its own and never takes the lock, so a
-// slow disk or journal cannot hold up supervision. The cap runs right
-// after a read, so only what the daemon writes in between those two
-// steps misses the journal (it is in <log>.1).
+// agent finds it). It runs on its own, never takes the daemon's lock and
+// never waits for the journal; a start shares only fwMu with it, for one
+// bounded read. The cap runs right after a read, so only what the daemon
+// writes in between those two steps misses the journal (it is in
+// <log>.1).
 func (d *Daemon) keepLog() {
 	defer close(d.kept)
 	s := &d.spec
