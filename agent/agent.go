@@ -17,6 +17,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/certs"
@@ -58,6 +59,9 @@ type Options struct {
 	// Kernel plugs NICs and sets addresses, routes and rules; nil is the
 	// real kernel.
 	Kernel netns.Kernel
+	// Journal receives the output of HAProxy and keepalived (the binary
+	// sets it under systemd); nil leaves it in their output files only.
+	Journal journalfwd.Sink
 }
 
 // Agent is one running amphora agent.
@@ -70,6 +74,7 @@ type Agent struct {
 	osRel   string
 	procDir string
 	kernel  netns.Kernel // nil: the real one
+	journal journalfwd.Sink
 
 	cfg    atomic.Pointer[config.Config]
 	mutate chan struct{} // capacity 1: held while a mutation runs
@@ -112,6 +117,7 @@ func New(o Options) *Agent {
 		osRel:        o.OSRelease,
 		procDir:      o.ProcDir,
 		kernel:       o.Kernel,
+		journal:      o.Journal,
 		mutate:       make(chan struct{}, 1),
 		versionsDone: make(chan struct{}),
 		started:      time.Now().UTC(),
@@ -198,6 +204,7 @@ func (a *Agent) newSupervisor(cfg *config.Config) *haproxy.Supervisor {
 		},
 		Log:     a.log.Named("haproxy"),
 		ProcDir: a.procDir,
+		Journal: a.journal,
 	})
 }
 

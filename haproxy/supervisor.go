@@ -1,6 +1,7 @@
 package haproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,10 +13,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/journal"
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
@@ -52,6 +55,9 @@ type SupervisorOptions struct {
 	ProcDir   string
 	// ConfirmAfter: see DefaultConfirmAfter.
 	ConfirmAfter time.Duration
+	// Journal receives each load balancer's HAProxy output (under
+	// systemd); nil keeps it in the output files only.
+	Journal journalfwd.Sink
 }
 
 // Supervisor runs every load balancer's HAProxy in master-worker mode
@@ -278,8 +284,23 @@ func (s *Supervisor) newInstance(lb string) *instance {
 		},
 		OnDeath: in.died,
 		Backoff: s.opts.Backoff,
+		Journal: journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
 	}, s.done)
 	return in
+}
+
+// Priority is the journal priority of a line of HAProxy's output, from
+// the level it starts with ("[ALERT]    (pid) : ...").
+func Priority(line []byte) journal.Priority {
+	switch {
+	case bytes.HasPrefix(line, []byte("[ALERT]")):
+		return journal.PriErr
+	case bytes.HasPrefix(line, []byte("[WARNING]")):
+		return journal.PriWarning
+	case bytes.HasPrefix(line, []byte("[NOTICE]")):
+		return journal.PriNotice
+	}
+	return journal.PriInfo
 }
 
 func (in *instance) log() *zap.Logger { return in.s.log.With(zap.String("lb", in.lb)) }

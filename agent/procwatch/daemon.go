@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 )
 
@@ -33,10 +34,12 @@ const (
 	DefaultMaxLog = 4 << 20
 	// MaxOutput bounds the output a failure reports.
 	MaxOutput = 16 << 10
-	// logCheckEvery is how often a running daemon's output file is held
-	// to MaxLog.
+	// logCheckEvery is how often a daemon's output file is held to
+	// MaxLog.
 	logCheckEvery = 10 * time.Second
-	killWait      = 3 * time.Second
+	// forwardEvery is how often new output goes to the journal.
+	forwardEvery = time.Second
+	killWait     = 3 * time.Second
 )
 
 // Spec is what one daemon kind contributes: how to build and launch its
@@ -59,6 +62,11 @@ type Spec struct {
 	// LogPath receives the daemon's stdout and stderr. A file, not a pipe,
 	// so the daemon outlives the agent without dying of SIGPIPE.
 	LogPath string
+	// Journal, when its Sink is set, sends each new line of LogPath to
+	// the journal: the daemon keeps writing the file (which failures
+	// quote), and the agent forwards from where it is now, across its own
+	// restarts, without touching the daemon.
+	Journal journalfwd.Options
 	// StatePath keeps the desired state ({"running": bool}, other keys
 	// preserved) across agent restarts and reboots.
 	StatePath string
@@ -131,6 +139,14 @@ func (s *Spec) defaults() {
 type Daemon struct {
 	spec Spec
 	done <-chan struct{}
+	// gone is closed when supervision ends for good (RemoveLocked).
+	gone chan struct{}
+	// fwMu guards fw, the journal forwarder of the output file (nil
+	// without a journal).
+	fwMu sync.Mutex
+	fw   *journalfwd.Follower
+	// kept is closed when the keeper of the output file has stopped.
+	kept chan struct{}
 
 	mu       sync.Mutex
 	proc     *Process
@@ -152,10 +168,16 @@ type History struct {
 }
 
 // NewDaemon supervises spec's daemon until done is closed. It starts
-// nothing: call StartLocked or RestoreLocked.
+// no process (call StartLocked or RestoreLocked), only the keeper of its
+// output file.
 func NewDaemon(spec Spec, done <-chan struct{}) *Daemon {
 	spec.defaults()
-	return &Daemon{spec: spec, done: done}
+	d := &Daemon{spec: spec, done: done, gone: make(chan struct{}), kept: make(chan struct{})}
+	if spec.Journal.Sink != nil {
+		d.fw = journalfwd.New(spec.LogPath, spec.Journal)
+	}
+	go d.keepLog()
+	return d
 }
 
 func (d *Daemon) Lock()   { d.mu.Lock() }
@@ -267,6 +289,9 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 	if cmd.Env == nil {
 		cmd.Env = CleanEnv()
 	}
+	// What the previous run wrote last (a crash's alert) reaches the
+	// journal before its file moves away.
+	d.forward()
 	logFile, err := openLog(s.LogPath)
 	if err != nil {
 		return err
@@ -343,23 +368,82 @@ func openLog(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 }
 
-// capLog holds a running daemon's output file to max bytes: the content
-// moves to <path>.1 and the file is emptied. The daemon writes with
-// O_APPEND, so its next line lands at the new end.
-func capLog(path string, max int64) {
+// capLog holds a daemon's output file to max bytes: the content moves to
+// <path>.1 and the file is emptied. The daemon writes with O_APPEND, so
+// its next line lands at the new end. It reports whether it emptied the
+// file.
+func capLog(path string, max int64) bool {
 	st, err := os.Stat(path)
 	if err != nil || st.Size() <= max {
-		return
+		return false
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return
+		return false
 	}
 	if int64(len(data)) > max {
 		data = data[int64(len(data))-max:]
 	}
-	if fsutil.WriteFile(path+".1", data, 0o600) == nil {
-		os.Truncate(path, 0)
+	return fsutil.WriteFile(path+".1", data, 0o600) == nil && os.Truncate(path, 0) == nil
+}
+
+// keepLog holds the output file to MaxLog and, when Journal has a sink,
+// forwards its new lines, for as long as the daemon is supervised (the
+// file outlives each process: a new run renames it away, a restart of the
+// agent finds it). It runs on its own, never takes the daemon's lock and
+// never waits for the journal; a start shares only fwMu with it, for one
+// bounded read. The cap runs right after a read, so only what the daemon
+// writes in between those two steps misses the journal (it is in
+// <log>.1).
+func (d *Daemon) keepLog() {
+	defer close(d.kept)
+	s := &d.spec
+	every := logCheckEvery
+	if d.fw != nil {
+		every = forwardEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastCap := time.Now()
+	for {
+		select {
+		case <-t.C:
+		case <-d.done:
+			d.closeForward()
+			return
+		case <-d.gone:
+			d.closeForward()
+			return
+		}
+		d.fwMu.Lock()
+		if d.fw != nil {
+			d.fw.Poll()
+		}
+		if time.Since(lastCap) >= logCheckEvery {
+			lastCap = time.Now()
+			if capLog(s.LogPath, s.MaxLog) && d.fw != nil {
+				d.fw.Rewind()
+			}
+		}
+		d.fwMu.Unlock()
+	}
+}
+
+// forward sends what is new in the output file to the journal now.
+func (d *Daemon) forward() {
+	d.fwMu.Lock()
+	defer d.fwMu.Unlock()
+	if d.fw != nil {
+		d.fw.Poll()
+	}
+}
+
+func (d *Daemon) closeForward() {
+	d.fwMu.Lock()
+	defer d.fwMu.Unlock()
+	if d.fw != nil {
+		d.fw.Close()
+		d.fw = nil
 	}
 }
 
@@ -428,7 +512,13 @@ func (d *Daemon) KillLocked() {
 
 // RemoveLocked ends supervision for good (the daemon's files are about to
 // be deleted): nothing restarts it any more.
-func (d *Daemon) RemoveLocked() { d.removed = true; d.desired = false }
+func (d *Daemon) RemoveLocked() {
+	if !d.removed {
+		close(d.gone)
+	}
+	d.removed = true
+	d.desired = false
+}
 
 // AdoptLocked takes over the process an earlier agent left running, if
 // the pid file names one of ours; it reports whether one runs now.
@@ -498,23 +588,9 @@ func (d *Daemon) RetryLocked(err error) {
 	}()
 }
 
-// follow watches a started or adopted process: its output file is held
-// to MaxLog while it runs, and it is restarted when it dies unexpectedly.
+// follow watches a started or adopted process: it is restarted when it
+// dies unexpectedly.
 func (d *Daemon) follow(proc *Process) {
-	go func() {
-		t := time.NewTicker(logCheckEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				capLog(d.spec.LogPath, d.spec.MaxLog)
-			case <-proc.Exited:
-				return
-			case <-d.done:
-				return
-			}
-		}
-	}()
 	go d.respawner().Watch(proc)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/haproxy"
@@ -46,6 +47,9 @@ type System struct {
 	// BootTime turns /proc start times into wall-clock times; nil reads
 	// /proc/stat.
 	BootTime func() (time.Time, error)
+	// Journal reports whether a journal listens (systemd), to which the
+	// agent forwards the daemons' output; nil asks journalfwd.
+	Journal func() bool
 }
 
 func (s *System) defaults() {
@@ -60,6 +64,9 @@ func (s *System) defaults() {
 	}
 	if s.BootTime == nil {
 		s.BootTime = func() (time.Time, error) { return bootTime(s.ProcDir) }
+	}
+	if s.Journal == nil {
+		s.Journal = journalfwd.Available
 	}
 }
 
@@ -83,7 +90,7 @@ func Collect(ctx context.Context, cfg *config.Config, configFiles []string, vers
 		},
 		Unknown: []string{},
 	}
-	c := collector{sys: sys, r: &r}
+	c := collector{sys: sys, r: &r, journal: sys.Journal()}
 	links, nsErr := sys.Links(cfg.Namespace)
 	c.network(cfg, links, nsErr)
 	c.loadBalancers(ctx, haproxy.Layout{Base: cfg.BasePath, ProcDir: sys.ProcDir})
@@ -93,8 +100,9 @@ func Collect(ctx context.Context, cfg *config.Config, configFiles []string, vers
 }
 
 type collector struct {
-	sys System
-	r   *Report
+	sys     System
+	r       *Report
+	journal bool
 }
 
 func (c *collector) unknown(what string) { c.r.Unknown = append(c.r.Unknown, what) }
@@ -108,9 +116,13 @@ func nonNil[T any](s []T) []T {
 
 // process fills the part every daemon shares: desired state, pid (only
 // when the pid file's process is this daemon: ours checks its command
-// line), start time, output file.
-func (c *collector) process(statePath, pidPath, logPath string, ours func([]string) bool) Process {
-	p := Process{Desired: "unknown", Log: logPath}
+// line), start time, output file and, under systemd, its journal
+// identifiers.
+func (c *collector) process(statePath, pidPath, logPath string, journal []string, ours func([]string) bool) Process {
+	p := Process{Desired: "unknown", Log: logPath, Journal: []string{}}
+	if c.journal {
+		p.Journal = append(p.Journal, journal...)
+	}
 	if running, recorded, err := procwatch.ReadDesired(statePath); err == nil && recorded {
 		p.Desired = map[bool]string{true: "running", false: "stopped"}[running]
 	}
@@ -134,7 +146,7 @@ func (c *collector) loadBalancers(ctx context.Context, l haproxy.Layout) {
 	}
 	for _, lb := range ids {
 		cfgPath := l.ConfigPath(lb)
-		p := c.process(l.StatePath(lb), l.PidPath(lb), l.LogPath(lb), func(args []string) bool {
+		p := c.process(l.StatePath(lb), l.PidPath(lb), l.LogPath(lb), []string{l.JournalIdentifier(lb)}, func(args []string) bool {
 			return procwatch.ArgAfter(args, "-f", func(v string) bool { return v == cfgPath })
 		})
 		out := LoadBalancer{ID: lb, Process: p, Workers: []int{}, Listeners: []Listener{}}
@@ -179,7 +191,7 @@ func (c *collector) vrrp(l keepalived.VRRPLayout, links []Link) {
 		return
 	}
 	f := l.Files()
-	p := c.process(f.State, f.Pid, f.Log, keepalivedOurs(f))
+	p := c.process(f.State, f.Pid, f.Log, f.Journal, keepalivedOurs(f))
 	v := &VRRP{Process: p, VIPs: []string{}, ConfiguredVIPs: []string{}}
 	held := map[string]bool{}
 	for _, ln := range links {
@@ -216,7 +228,7 @@ func (c *collector) lvs(l keepalived.LVSLayout) {
 	for _, id := range ids {
 		f := l.Files(id)
 		c.r.LVSListeners = append(c.r.LVSListeners, LVSListener{ID: id,
-			Process: c.process(f.State, f.Pid, f.Log, keepalivedOurs(f)), Status: l.Status(id)})
+			Process: c.process(f.State, f.Pid, f.Log, f.Journal, keepalivedOurs(f)), Status: l.Status(id)})
 	}
 }
 

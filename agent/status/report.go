@@ -62,6 +62,9 @@ type Process struct {
 	LastExitAt time.Time `json:"last_exit_at,omitzero"`
 	// Log is the file holding the daemon's stdout and stderr.
 	Log string `json:"log"`
+	// Journal are the identifiers (journalctl -t) under which the
+	// daemon's output is in the journal; empty without a journal.
+	Journal []string `json:"journal"`
 }
 
 // LoadBalancer is one HAProxy load balancer.

@@ -162,18 +162,21 @@ func golden(t *testing.T, name, got string) {
 }
 
 // The status of a fake amphora, with and without the running agent's
-// answer, as text and as JSON, against golden files.
+// answer (and with and without a journal), as text and as JSON, against
+// golden files.
 func TestStatusGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		live *Live
+		name    string
+		live    *Live
+		journal bool // a journal listens (systemd)
 	}{
-		{"running", fakeLive()},
-		{"stopped", nil},
+		{"running", fakeLive(), true},
+		{"stopped", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			text, sys := fakeState(t, dir)
+			sys.Journal = func() bool { return tc.journal }
 			cfg := configtest.Load(t, dir, text)
 			r := Collect(context.Background(), cfg, []string{"/etc/octavia/amphora-agent.conf"}, "1.2.3-status", sys)
 			r.GeneratedAt = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -194,6 +197,7 @@ func TestStatusGolden(t *testing.T) {
 func TestStatusRecycledPid(t *testing.T) {
 	dir := t.TempDir()
 	text, sys := fakeState(t, dir)
+	sys.Journal = func() bool { return false }
 	os.WriteFile(filepath.Join(sys.ProcDir, "4100", "cmdline"), []byte("/bin/sleep\x00100\x00"), 0o600)
 	cfg := configtest.Load(t, dir, text)
 	r := Collect(context.Background(), cfg, nil, "x", sys)

@@ -110,7 +110,12 @@ func (t *text) process(p Process) {
 	default:
 		t.line("respawns", "%d; last exit: %s at %s", *p.Respawns, p.LastExit, t.ago(p.LastExitAt))
 	}
-	t.line("log", "%s", p.Log)
+	if len(p.Journal) == 0 {
+		t.line("log", "%s", p.Log)
+		return
+	}
+	t.line("log", "the journal: journalctl -t %s", strings.Join(p.Journal, " -t "))
+	t.line("", "and %s", p.Log)
 }
 
 func (t *text) loadBalancer(lb LoadBalancer) {

@@ -24,6 +24,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/gate"
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/certs"
 )
@@ -108,7 +109,14 @@ func loadConfig(files configFiles) (configFiles, *config.Config, []string, error
 }
 
 func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel) error {
-	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level})
+	// Under systemd the daemons' output goes to the journal too, where
+	// operators look (README: Status and logs).
+	var sink journalfwd.Sink
+	if journalfwd.Available() {
+		sink = journalfwd.Journal{}
+		log.Info("HAProxy's and keepalived's output is forwarded to the journal")
+	}
+	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level, Journal: sink})
 	// Supervision ends with the agent, after the background work; HAProxy
 	// and keepalived keep serving and the next agent adopts them.
 	defer a.Close()

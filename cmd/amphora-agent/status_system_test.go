@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/status"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
@@ -89,10 +90,15 @@ func TestStatusSystem(t *testing.T) {
 	})
 	got := r.LoadBalancers[0]
 	first := got.Pid
+	// Under systemd the output is in the journal too, and status says so.
+	wantJournal := 0
+	if journalfwd.Available() {
+		wantJournal = 1
+	}
 	if !r.Agent.Running || !r.Agent.Ready || r.Agent.Pid != a.env.Pid() || r.Agent.Topology != "ACTIVE_STANDBY" ||
 		got.ID != lb || !got.Running || got.Desired != "running" || first == 0 || len(got.Workers) == 0 ||
 		got.Listeners[0].Status != "OPEN" || got.Respawns == nil || *got.Respawns != 0 ||
-		got.Log != filepath.Join(a.base(), lb, "haproxy.log") ||
+		got.Log != filepath.Join(a.base(), lb, "haproxy.log") || len(got.Journal) != wantJournal ||
 		!r.VRRP.Running || r.VRRP.Desired != "running" || r.VRRP.VIPs[0] != vrrpVIP ||
 		r.Heartbeat.Seq == 0 || r.Heartbeat.Suppressed != "" {
 		t.Fatalf("status of a running amphora: %+v", r)
@@ -100,7 +106,7 @@ func TestStatusSystem(t *testing.T) {
 	text := runStatusCmd(t, a.env)
 	t.Logf("amphora-agent status:\n%s", text)
 	for _, want := range []string{"amphora-agent ", ": running, pid ", "load balancer " + lb + ": running, pid ",
-		"role MASTER", "VIPs held     " + vrrpVIP, "log           " + filepath.Join(a.base(), "vrrp", "octavia-keepalived.log"), "last sent "} {
+		"role MASTER", "VIPs held     " + vrrpVIP, filepath.Join(a.base(), "vrrp", "octavia-keepalived.log"), "last sent "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status text lacks %q", want)
 		}

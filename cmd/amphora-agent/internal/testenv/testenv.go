@@ -84,6 +84,10 @@ type Env struct {
 	// Credential, when set, runs the agent as that user (the test makes
 	// Dir readable to it).
 	Credential *syscall.Credential
+	// Wrap, when set, is a command the agent runs under: the agent's
+	// command line follows it, and it must exec the agent (so that the
+	// agent keeps its pid), as `unshare -m ...` does.
+	Wrap []string
 
 	namespace string
 
@@ -202,7 +206,8 @@ func (e *Env) Start() {
 		e.write(e.ConfigPath, []byte(e.Config()))
 	}
 	e.out = &SyncBuffer{}
-	e.cmd = exec.Command(Binary(t), "--config-file", e.ConfigPath)
+	argv := append(append([]string(nil), e.Wrap...), Binary(t), "--config-file", e.ConfigPath)
+	e.cmd = exec.Command(argv[0], argv[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
 	e.cmd.Env = append(withoutServiceManager(os.Environ()), e.Env...)
 	if e.Credential != nil {
