@@ -17,13 +17,14 @@ func TestStartRotatesTheOutputFile(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
 	run := 0
+	pidPath := filepath.Join(dir, "daemon.pid")
 	d := NewDaemon(Spec{
 		Name: "daemon",
 		Command: func() (*exec.Cmd, error) {
 			run++
-			return exec.Command("sh", "-c", "echo run "+string(rune('0'+run))+"; exec sleep 30"), nil
+			return exec.Command("sh", "-c", "echo $$ > "+pidPath+"; echo run "+string(rune('0'+run))+"; exec sleep 30"), nil
 		},
-		PidPath:   filepath.Join(dir, "daemon.pid"),
+		PidPath:   pidPath,
 		LogPath:   logPath,
 		StatePath: filepath.Join(dir, "state.json"),
 		Ours:      func([]string) bool { return false },

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,24 +73,44 @@ func fill(t *testing.T, dir string) {
 	}
 }
 
-// TestFullDiskIsNamedInEveryAnswer runs the real binary with its state on
-// a small tmpfs, fills it up, and calls every route that writes: each one
-// fails with an answer that says the disk is full (none with a bare 500),
-// and stop still stops HAProxy, saying that recording it failed.
-func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
+// startedOnTmpfs runs an agent with its state on a small tmpfs, uploads
+// lb's config (binding bind) and starts it; it returns the agent and the
+// config.
+func startedOnTmpfs(t *testing.T, lb, bind string) (*testenv.Env, string) {
+	t.Helper()
 	e := testenv.New(t)
 	onTmpfs(t, e, 8<<20)
-	e.Start()
-	const lb = "d1d2d3d4-0000-4000-8000-00000000f011"
 	base := e.Path("lib")
-	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
-	cfg := plainLBConfig(base, lb, "127.0.0.1:8081", "127.0.0.1:8443")
+	cfgPath := filepath.Join(base, lb, "haproxy.cfg")
+	// Registered before the agent starts, so it runs after the agent
+	// stopped (nothing restarts what it kills) and before the unmount:
+	// whatever runs lb's config (only this test's: the path is on its own
+	// tmpfs) is killed, even when the test fails half way.
+	t.Cleanup(func() {
+		for _, pid := range haproxyOf(cfgPath) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	e.Start()
+	cfg := plainLBConfig(base, lb, "127.0.0.1:8081", bind)
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+lb+"/haproxy", []byte(cfg)); status != 202 {
 		t.Fatalf("upload: %d %s", status, body)
 	}
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil); status != 202 {
 		t.Fatalf("start: %d %s", status, body)
 	}
+	return e, cfg
+}
+
+// TestFullDiskIsNamedInEveryAnswer runs the real binary with its state on
+// a small tmpfs, fills it up, and calls every route that writes: each one
+// fails with an answer that says the disk is full (none with a bare 500),
+// and stop still stops HAProxy, saying that recording it failed.
+func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
+	const lb = "d1d2d3d4-0000-4000-8000-00000000f011"
+	e, cfg := startedOnTmpfs(t, lb, "127.0.0.1:8443")
+	base := e.Path("lib")
+	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
 	master := hap.master()
 	if master == 0 || !isHAProxy(master) {
 		t.Fatalf("no HAProxy running after start (pid %d)", master)
@@ -162,4 +184,107 @@ func TestFullDiskPlugAnswers(t *testing.T) {
 	if out, err := exec.Command("ip", "-n", n.amp.Name, "-o", "link").CombinedOutput(); err != nil || strings.Contains(string(out), n.memNIC.A.MAC) {
 		t.Errorf("member port in the namespace after the refused plug: %v\n%s", err, out)
 	}
+}
+
+// TestFullDiskStartLeavesNoStrayHAProxy: a start on a full disk (reached
+// after a stop on a full disk, which could not record "stopped", so the
+// start has nothing to record either) fails with an answer that says the
+// disk is full and leaves no HAProxy of that load balancer running: one
+// whose pid file could not be written would be a master the agent cannot
+// find again. Once there is room, a start works and a restarted agent
+// adopts that master: exactly one runs.
+func TestFullDiskStartLeavesNoStrayHAProxy(t *testing.T) {
+	const lb = "d1d2d3d4-0000-4000-8000-00000000f021"
+	e, _ := startedOnTmpfs(t, lb, "127.0.0.1:8445")
+	cfgPath := filepath.Join(e.Path("lib"), lb, "haproxy.cfg")
+	fill(t, e.Dir)
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/stop", nil); status != 500 {
+		t.Fatalf("stop on a full disk: %d %s", status, body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return len(haproxyOf(cfgPath)) == 0 })
+	// Fill again: the stop freed the pid file's and the socket's pages.
+	fill(t, e.Dir)
+
+	status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil)
+	if status != 500 || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+		t.Errorf("start on a full disk: %d %s", status, body)
+	}
+	t.Logf("start on a full disk: %d %s", status, body)
+	// The agent may retry in the background; none of its attempts may
+	// leave a master running while the disk is full.
+	for i := 0; i < 20; i++ {
+		if pids := haproxyOf(cfgPath); len(pids) > 0 {
+			t.Fatalf("HAProxy of %s running after a start on a full disk: %v\n%s", lb, pids, e.Output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if err := os.Remove(filepath.Join(e.Dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil); status != 202 {
+		t.Fatalf("start with room again: %d %s\n%s", status, body, e.Output())
+	}
+	masters := mastersOf(cfgPath)
+	if len(masters) != 1 {
+		t.Fatalf("masters after the start: %v", masters)
+	}
+	e.Stop()
+	e.Start()
+	testenv.WaitFor(t, 10*time.Second, "the restarted agent to adopt HAProxy", func() bool {
+		return strings.Contains(e.Output(), "adopted running HAProxy")
+	})
+	if now := mastersOf(cfgPath); len(now) != 1 || now[0] != masters[0] {
+		t.Errorf("masters after an agent restart: %v, want [%d]\n%s", now, masters[0], e.Output())
+	}
+	if status, _, body := e.Do("GET", "/1.0/listeners", nil); status != 200 || !strings.Contains(string(body), "ACTIVE") {
+		t.Errorf("listeners after an agent restart: %d %s", status, body)
+	}
+}
+
+// haproxyOf lists the HAProxy processes (masters and workers) that run
+// the config at cfgPath, found by scanning /proc, not by any pid file.
+func haproxyOf(cfgPath string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || !isHAProxy(pid) {
+			continue
+		}
+		args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(args), "\x00-f\x00"+cfgPath+"\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// mastersOf is haproxyOf without the workers: those whose parent is not
+// an HAProxy of the same config.
+func mastersOf(cfgPath string) []int {
+	all := haproxyOf(cfgPath)
+	var masters []int
+	for _, pid := range all {
+		if !slices.Contains(all, parentOf(pid)) {
+			masters = append(masters, pid)
+		}
+	}
+	return masters
+}
+
+func parentOf(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: state, ppid, ...
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
