@@ -23,6 +23,18 @@ func sleeper(t *testing.T, writePid bool, room func() bool, cmds *[]*exec.Cmd) S
 	if writePid {
 		script = "echo $$ > " + pidPath + "; " + script
 	}
+	// A start the test wrongly let through leaves no sleep behind.
+	t.Cleanup(func() {
+		for _, cmd := range *cmds {
+			if cmd.Process == nil {
+				continue
+			}
+			// Only while the pid is still this test's sleep.
+			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)); err == nil && strings.TrimSpace(string(comm)) == "sleep" {
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
+		}
+	})
 	return Spec{
 		Name: "daemon",
 		Command: func() (*exec.Cmd, error) {
