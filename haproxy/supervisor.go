@@ -19,7 +19,6 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
-	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/netns"
@@ -259,13 +258,13 @@ type instance struct {
 func (s *Supervisor) newInstance(lb string) *instance {
 	in := &instance{s: s, lb: lb}
 	l := s.layout()
-	sock, pidPath := l.MasterSocketPath(lb), l.PidPath(lb)
+	sock := l.MasterSocketPath(lb)
 	in.d = procwatch.NewDaemon(procwatch.Spec{
 		Name:      "HAProxy",
 		Log:       s.log.With(zap.String("lb", lb)),
 		Command:   in.command,
 		Launch:    func(cmd *exec.Cmd) error { return netns.StartIn(s.opts.Namespace, cmd) },
-		PidPath:   pidPath,
+		PidPath:   l.PidPath(lb),
 		LogPath:   l.LogPath(lb),
 		StatePath: l.StatePath(lb),
 		Clean:     []string{sock},
@@ -275,12 +274,9 @@ func (s *Supervisor) newInstance(lb string) *instance {
 			_, err := showProc(ctx, sock)
 			return err == nil
 		},
-		Ready: func(ctx context.Context, p *procwatch.Process) bool {
-			if t, err := showProc(ctx, sock); err != nil || len(t.Workers) == 0 {
-				return false
-			}
-			pid, err := pidfile.Read(pidPath)
-			return err == nil && pid == p.Pid
+		Ready: func(ctx context.Context, _ *procwatch.Process) bool {
+			t, err := showProc(ctx, sock)
+			return err == nil && len(t.Workers) > 0
 		},
 		OnDeath: in.died,
 		Backoff: s.opts.Backoff,

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
-	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
@@ -66,8 +65,8 @@ type Options struct {
 // agent is its parent) inside the data-plane namespace, its log lines also
 // on its stdout (--log-console) so that its output file holds them with its
 // errors, and status can read its VRRP role there. What is
-// keepalived's own: its command line, "ready" (the main pid file names the
-// new process) and reload (SIGHUP).
+// keepalived's own: its command line and reload (SIGHUP); "ready" is the
+// core's (the main pid file names the new process).
 type daemon struct {
 	files Files
 	argv  []string
@@ -100,10 +99,6 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 		Ours: func(a []string) bool {
 			return procwatch.ArgAfter(a, "-f", func(s string) bool { return s == f.Config }) &&
 				procwatch.ArgAfter(a, "-p", func(s string) bool { return s == f.Pid })
-		},
-		Ready: func(_ context.Context, p *procwatch.Process) bool {
-			pid, err := pidfile.Read(f.Pid)
-			return err == nil && pid == p.Pid
 		},
 		Backoff: o.Backoff,
 		Journal: journalfwd.Options{Sink: o.Journal, Identifier: f.forwardedAs(), Priority: priority, Skip: isLogLine},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,7 +58,8 @@ type Spec struct {
 	// namespace); nil is cmd.Start.
 	Launch func(cmd *exec.Cmd) error
 
-	// PidPath is the pid file the daemon writes; adoption reads it.
+	// PidPath is the pid file the daemon writes; adoption reads it. A
+	// start counts as done only once it names the new process.
 	PidPath string
 	// LogPath receives the daemon's stdout and stderr. A file, not a pipe,
 	// so the daemon outlives the agent without dying of SIGPIPE.
@@ -82,8 +84,12 @@ type Spec struct {
 	// Adoptable, when set, is a further check that a process left by an
 	// earlier agent is in working order (HAProxy's master socket answers).
 	Adoptable func(ctx context.Context, pid int) bool
-	// Ready reports whether a just started process is ready; it is polled.
+	// Ready reports whether a just started process is ready beyond its pid
+	// file naming it (nil: that is enough); it is polled.
 	Ready func(ctx context.Context, p *Process) bool
+	// Room reports whether a small file can be written in dir, the pid
+	// file's folder; nil writes and syncs a probe file there.
+	Room func(dir string) error
 
 	// OnDeath runs under the lock when the process ended unexpectedly and
 	// is about to be started again.
@@ -106,6 +112,12 @@ func (s *Spec) defaults() {
 	}
 	if s.ProcDir == "" {
 		s.ProcDir = "/proc"
+	}
+	if s.Ready == nil {
+		s.Ready = func(context.Context, *Process) bool { return true }
+	}
+	if s.Room == nil {
+		s.Room = probeRoom
 	}
 	if s.Backoff == (Backoff{}) {
 		s.Backoff = DefaultBackoff
@@ -274,9 +286,14 @@ func readRecord(path string) (map[string]json.RawMessage, error) {
 	return rec, nil
 }
 
-// StartLocked starts a new process and waits until it is ready. On
-// failure the process is killed and the error carries its output. The
-// caller decides whether to retry (RetryLocked).
+// StartLocked starts a new process and waits until it is ready and its
+// pid file names it. On failure the process is killed and the error
+// carries its output. The caller decides whether to retry (RetryLocked).
+//
+// Nothing starts without room for the pid file: a daemon that cannot
+// write it (HAProxy and keepalived do not fail when the write does) would
+// run where no later agent finds it to adopt or stop, and the next start
+// would add a second one.
 func (d *Daemon) StartLocked(ctx context.Context) error {
 	s := &d.spec
 	for _, p := range append([]string{s.PidPath}, s.Clean...) {
@@ -304,6 +321,12 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	// Checked last, after the output file moved aside (its new one stays
+	// empty: a failure here reports no earlier run's output).
+	if err := s.Room(filepath.Dir(s.PidPath)); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting %s: no room for its pid file %s: %w", s.Name, s.PidPath, err)
+	}
 	err = s.Launch(cmd)
 	logFile.Close()
 	if err != nil {
@@ -312,16 +335,42 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 	proc := WatchChild(cmd)
 	ctx, cancel := context.WithTimeout(ctx, s.StartTimeout)
 	defer cancel()
-	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, func() bool { return s.Ready(ctx, proc) },
+	ready := func() bool {
+		pid, err := pidfile.Read(s.PidPath)
+		return err == nil && pid == proc.Pid && s.Ready(ctx, proc)
+	}
+	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, ready,
 		func() error { return fmt.Errorf("%s not ready within %v", s.Name, s.StartTimeout) })
 	if err != nil {
 		Kill(proc, 0)
-		return withOutput(err, d.Output(0))
+		out := d.Output(0)
+		// The disk filled up after the check above: say so, the daemon
+		// itself does not.
+		if rerr := s.Room(filepath.Dir(s.PidPath)); rerr != nil {
+			err = fmt.Errorf("%w: no room for its pid file %s: %w", err, s.PidPath, rerr)
+			out = strings.TrimSpace(out + "\n" + err.Error())
+		}
+		return withOutput(err, out)
 	}
 	d.proc = proc
 	s.Log.Info(s.Name+" started", zap.Int("pid", proc.Pid))
 	d.follow(proc)
 	return nil
+}
+
+// probeRoom writes, syncs and removes a small file in dir: on a full file
+// system the write or the sync fails (ENOSPC).
+func probeRoom(dir string) error {
+	f, err := os.CreateTemp(dir, ".room-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write([]byte("4194304\n")) // the longest pid and its newline
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // CleanEnv is the environment daemons and their checks run with: a plain

@@ -42,13 +42,14 @@ func TestStartRotatesTheOutputFile(t *testing.T) {
 // echoSpec is a daemon that says "run <n>" on its n-th start, then sleeps.
 func echoSpec(dir, logPath string) Spec {
 	run := 0
+	pidPath := filepath.Join(dir, "daemon.pid")
 	return Spec{
 		Name: "daemon",
 		Command: func() (*exec.Cmd, error) {
 			run++
-			return exec.Command("sh", "-c", "echo run "+string(rune('0'+run))+"; exec sleep 30"), nil
+			return exec.Command("sh", "-c", "echo $$ > "+pidPath+"; echo run "+string(rune('0'+run))+"; exec sleep 30"), nil
 		},
-		PidPath:   filepath.Join(dir, "daemon.pid"),
+		PidPath:   pidPath,
 		LogPath:   logPath,
 		StatePath: filepath.Join(dir, "state.json"),
 		Ours:      func([]string) bool { return false },

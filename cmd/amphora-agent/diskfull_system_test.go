@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
 // onTmpfs moves an Env's folder onto a tmpfs of size bytes, so a test can
@@ -71,24 +74,35 @@ func fill(t *testing.T, dir string) {
 	}
 }
 
-// TestFullDiskIsNamedInEveryAnswer runs the real binary with its state on
-// a small tmpfs, fills it up, and calls every route that writes: each one
-// fails with an answer that says the disk is full (none with a bare 500),
-// and stop still stops HAProxy, saying that recording it failed.
-func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
+// startedOnTmpfs runs an agent with its state on a small tmpfs, uploads
+// lb's config (binding bind) and starts it; it returns the agent and the
+// config.
+func startedOnTmpfs(t *testing.T, lb, bind string) (*testenv.Env, string) {
+	t.Helper()
 	e := testenv.New(t)
 	onTmpfs(t, e, 8<<20)
-	e.Start()
-	const lb = "d1d2d3d4-0000-4000-8000-00000000f011"
 	base := e.Path("lib")
-	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
-	cfg := plainLBConfig(base, lb, "127.0.0.1:8081", "127.0.0.1:8443")
+	killDaemonsOf(t, "haproxy", filepath.Join(base, lb, "haproxy.cfg"))
+	e.Start()
+	cfg := plainLBConfig(base, lb, "127.0.0.1:8081", bind)
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+lb+"/haproxy", []byte(cfg)); status != 202 {
 		t.Fatalf("upload: %d %s", status, body)
 	}
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil); status != 202 {
 		t.Fatalf("start: %d %s", status, body)
 	}
+	return e, cfg
+}
+
+// TestFullDiskIsNamedInEveryAnswer runs the real binary with its state on
+// a small tmpfs, fills it up, and calls every route that writes: each one
+// fails with an answer that says the disk is full (none with a bare 500),
+// and stop still stops HAProxy, saying that recording it failed.
+func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
+	const lb = "d1d2d3d4-0000-4000-8000-00000000f011"
+	e, cfg := startedOnTmpfs(t, lb, "127.0.0.1:8443")
+	base := e.Path("lib")
+	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
 	master := hap.master()
 	if master == 0 || !isHAProxy(master) {
 		t.Fatalf("no HAProxy running after start (pid %d)", master)
@@ -161,5 +175,205 @@ func TestFullDiskPlugAnswers(t *testing.T) {
 	// The member port was not moved into the namespace.
 	if out, err := exec.Command("ip", "-n", n.amp.Name, "-o", "link").CombinedOutput(); err != nil || strings.Contains(string(out), n.memNIC.A.MAC) {
 		t.Errorf("member port in the namespace after the refused plug: %v\n%s", err, out)
+	}
+}
+
+// TestFullDiskStartLeavesNoStrayHAProxy: a start on a full disk (reached
+// after a stop on a full disk, which could not record "stopped", so the
+// start has nothing to record either) fails with an answer that says the
+// disk is full and leaves no HAProxy of that load balancer running: one
+// whose pid file could not be written would be a master the agent cannot
+// find again. Once there is room, a start works and a restarted agent
+// adopts that master: exactly one runs.
+func TestFullDiskStartLeavesNoStrayHAProxy(t *testing.T) {
+	const lb = "d1d2d3d4-0000-4000-8000-00000000f021"
+	e, _ := startedOnTmpfs(t, lb, "127.0.0.1:8445")
+	cfgPath := filepath.Join(e.Path("lib"), lb, "haproxy.cfg")
+	fill(t, e.Dir)
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/stop", nil); status != 500 {
+		t.Fatalf("stop on a full disk: %d %s", status, body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return len(daemonsOf("haproxy", cfgPath)) == 0 })
+	// Fill again: the stop freed the pid file's and the socket's pages.
+	fill(t, e.Dir)
+
+	status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil)
+	if status != 500 || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+		t.Errorf("start on a full disk: %d %s", status, body)
+	}
+	t.Logf("start on a full disk: %d %s", status, body)
+	// The agent retries in the background; none of its attempts may
+	// leave a master running while the disk is full.
+	noneRuns(t, e, "haproxy", cfgPath)
+
+	if err := os.Remove(filepath.Join(e.Dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil); status != 202 {
+		t.Fatalf("start with room again: %d %s\n%s", status, body, e.Output())
+	}
+	masters := mainsOf("haproxy", cfgPath)
+	if len(masters) != 1 {
+		t.Fatalf("masters after the start: %v", masters)
+	}
+	e.Stop()
+	e.Start()
+	testenv.WaitFor(t, 10*time.Second, "the restarted agent to adopt HAProxy", func() bool {
+		return strings.Contains(e.Output(), "adopted running HAProxy")
+	})
+	if now := mainsOf("haproxy", cfgPath); len(now) != 1 || now[0] != masters[0] {
+		t.Errorf("masters after an agent restart: %v, want [%d]\n%s", now, masters[0], e.Output())
+	}
+	if status, _, body := e.Do("GET", "/1.0/listeners", nil); status != 200 || !strings.Contains(string(body), "ACTIVE") {
+		t.Errorf("listeners after an agent restart: %d %s", status, body)
+	}
+}
+
+// daemonsOf lists the processes named comm (main processes and their
+// children) that run the config at cfgPath, found by scanning /proc, not
+// through any pid file.
+func daemonsOf(comm, cfgPath string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		name, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.TrimSpace(string(name)) != comm {
+			continue
+		}
+		args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(args), "\x00-f\x00"+cfgPath+"\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// mainsOf is daemonsOf without the children: the processes whose parent
+// is not one of them (HAProxy's masters, keepalived's main processes).
+func mainsOf(comm, cfgPath string) []int {
+	all := daemonsOf(comm, cfgPath)
+	var mains []int
+	for _, pid := range all {
+		if !slices.Contains(all, parentOf(pid)) {
+			mains = append(mains, pid)
+		}
+	}
+	return mains
+}
+
+// noneRuns fails the test if, during 2 s, a process named comm runs
+// cfgPath.
+func noneRuns(t *testing.T, e *testenv.Env, comm, cfgPath string) {
+	t.Helper()
+	for i := 0; i < 20; i++ {
+		if pids := daemonsOf(comm, cfgPath); len(pids) > 0 {
+			t.Fatalf("%s running %s on a full disk: %v\n%s", comm, cfgPath, pids, e.Output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// killDaemonsOf kills, when the test ends, whatever runs cfgPath (only
+// this test's: the path is on its own tmpfs). Call it after onTmpfs and
+// before the agent starts, so it runs after the agent stopped (nothing
+// restarts what it kills) and before the unmount, even when the test
+// fails half way.
+func killDaemonsOf(t *testing.T, comm, cfgPath string) {
+	t.Cleanup(func() {
+		for _, pid := range daemonsOf(comm, cfgPath) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+func parentOf(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: state, ppid, ...
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// TestFullDiskVRRPStartLeavesNoStrayKeepalived: an agent that comes back
+// on a full disk to a keepalived (VRRP) that should run but does not
+// starts none without room for its pid file, and PUT /1.0/vrrp/start
+// answers that the disk is full; no keepalived of this amphora runs
+// meanwhile. Once there is room a start works and a
+// restarted agent adopts that keepalived: exactly one runs.
+func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
+	topo.RequireRoot(t)
+	if _, err := os.Stat("/usr/sbin/keepalived"); err != nil {
+		t.Skip("keepalived is not installed (make test installs it)")
+	}
+	a := newVRRPAmp(t, "fd", "203.0.113.4", 100)
+	peer := topo.NewNamespace(t, "vrfd")
+	topo.Link(t, a.ns, "eth1", []string{a.addr + "/24"}, peer, "eth1", []string{"203.0.113.5/24"})
+	onTmpfs(t, a.env, 8<<20)
+	cfgPath := filepath.Join(a.base(), "vrrp", "octavia-keepalived.conf")
+	killDaemonsOf(t, "keepalived", cfgPath)
+	a.env.Start()
+	e := a.env
+	if status, _, body := e.Do("PUT", "/1.0/vrrp/upload", []byte(a.config("203.0.113.5"))); status != 200 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/vrrp/start", nil); status != 202 {
+		t.Fatalf("start: %d %s\n%s", status, body, e.Output())
+	}
+	pid := a.keepalivedPid()
+	if pid == 0 {
+		t.Fatal("no keepalived behind the pid file after start")
+	}
+
+	// Gone while the agent was down (as after a reboot), and the disk
+	// full when it comes back: it wants keepalived running but has no
+	// room for its pid file. (Its old pid files go first: a start
+	// removes them, which would make room.)
+	e.Stop()
+	syscall.Kill(-pid, syscall.SIGKILL)
+	testenv.WaitFor(t, 10*time.Second, "keepalived to die", func() bool { return !liveKeepalived(pid) })
+	old, _ := filepath.Glob(filepath.Join(a.base(), "vrrp", "*.pid"))
+	for _, p := range old {
+		os.Remove(p)
+	}
+	fill(t, e.Dir)
+	e.Start()
+	noneRuns(t, e, "keepalived", cfgPath)
+	status, _, body := e.Do("PUT", "/1.0/vrrp/start", nil)
+	if status != 500 || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+		t.Errorf("start on a full disk: %d %s", status, body)
+	}
+	t.Logf("start on a full disk: %d %s", status, body)
+	noneRuns(t, e, "keepalived", cfgPath)
+
+	if err := os.Remove(filepath.Join(e.Dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's own retry may win the race: a start then reloads.
+	if status, _, body := e.Do("PUT", "/1.0/vrrp/start", nil); status != 202 {
+		t.Fatalf("start with room again: %d %s\n%s", status, body, e.Output())
+	}
+	mains := mainsOf("keepalived", cfgPath)
+	if len(mains) != 1 || mains[0] != a.keepalivedPid() {
+		t.Fatalf("keepalived main processes after the start: %v, pid file names %d", mains, a.keepalivedPid())
+	}
+	e.Stop()
+	e.Start()
+	testenv.WaitFor(t, 10*time.Second, "the restarted agent to adopt keepalived", func() bool {
+		return strings.Contains(e.Output(), "adopted running keepalived")
+	})
+	if now := mainsOf("keepalived", cfgPath); len(now) != 1 || now[0] != mains[0] {
+		t.Errorf("keepalived main processes after an agent restart: %v, want [%d]\n%s", now, mains[0], e.Output())
 	}
 }
