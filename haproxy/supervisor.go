@@ -354,7 +354,11 @@ func (in *instance) check(ctx context.Context) (string, error) {
 	if err != nil || state.Peer == "" {
 		return "no peer name recorded: upload the configuration again", errors.New("no peer recorded")
 	}
-	return st.check(ctx, st.Layout.ConfigPath(in.lb), state.Peer)
+	out, skipped, err := st.CheckStored(ctx, in.lb, state.Peer)
+	if skipped {
+		in.log().Debug("config, HAProxy and the files it names unchanged since the check at upload; not checked again")
+	}
+	return out, err
 }
 
 // signalReload asks the master to load the stored config (SIGUSR2, as
