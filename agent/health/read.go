@@ -129,13 +129,8 @@ func (s *Sender) readRunning(ctx context.Context, lb string) (r Reading, ok, dec
 			s.Forget(lb)
 			return Reading{}, false, true
 		}
-		stopped := s.stopped(ctx, lb)
-		if ctx.Err() != nil {
-			return Reading{}, false, false
-		}
-		if stopped {
-			s.Forget(lb)
-			return Reading{}, false, true
+		if stopped, decided := s.stoppedNow(ctx, lb); stopped || !decided {
+			return Reading{}, false, decided
 		}
 		s.log.Debug("pid file unreadable for a moment (reload); the load balancer still runs", zap.String("lb", lb))
 	}
@@ -182,16 +177,24 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 		}
 		pause *= 2
 	}
-	stopped := s.stopped(ctx, lb)
-	if ctx.Err() != nil {
-		return Reading{}, false, false
-	}
-	if stopped {
-		s.Forget(lb)
-		return Reading{}, false, true
+	if stopped, decided := s.stoppedNow(ctx, lb); stopped || !decided {
+		return Reading{}, false, decided
 	}
 	r, ok := s.standIn(lb, err)
 	return r, ok, true
+}
+
+// stoppedNow is stopped, forgetting lb when it stopped; decided is false
+// when ctx ended before it could tell.
+func (s *Sender) stoppedNow(ctx context.Context, lb string) (stopped, decided bool) {
+	stopped = s.stopped(ctx, lb)
+	if ctx.Err() != nil {
+		return false, false
+	}
+	if stopped {
+		s.Forget(lb)
+	}
+	return stopped, true
 }
 
 // standIn returns lb's last good reading if it may still stand in (once
