@@ -39,7 +39,9 @@ const (
 	settle = procwatch.DefaultSettle
 	// reloadPoll is how often the master is asked for its new worker: the
 	// controller waits for the answer, so the poll is kept short.
-	reloadPoll = 5 * time.Millisecond
+	reloadPoll = 2 * time.Millisecond
+	// restoreParallel is how many load balancers Restore starts at once.
+	restoreParallel = 4
 )
 
 // DefaultConfirmAfter is how long a newly loaded config must keep HAProxy
@@ -197,30 +199,40 @@ func (s *Supervisor) Delete(ctx context.Context, lb string) error {
 // Restore brings every load balancer back to its desired state after an
 // agent restart or a reboot: a master still running from the previous
 // agent is adopted, one that should run but does not is started (and
-// retried with backoff if it fails). It stops early when ctx ends.
+// retried with backoff if it fails). Load balancers are restored a few at
+// a time, so that each one's readiness wait overlaps the others' start.
+// It stops early when ctx ends.
 func (s *Supervisor) Restore(ctx context.Context) error {
 	lbs, err := s.layout().LoadBalancers()
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, lb := range lbs {
+	errs := make([]error, len(lbs))
+	sem := make(chan struct{}, restoreParallel)
+	var wg sync.WaitGroup
+	for i, lb := range lbs {
 		if ctx.Err() != nil {
-			errs = append(errs, ctx.Err())
+			errs[i] = ctx.Err()
 			break
 		}
-		in := s.instance(lb)
-		in.d.Lock()
-		octx, cancel := detach(ctx)
-		err := in.d.RestoreLocked(octx, func(ctx context.Context) error {
-			return in.startOrRestore(ctx, "Error starting haproxy")
-		})
-		cancel()
-		in.d.Unlock()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", lb, err))
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			in := s.instance(lb)
+			in.d.Lock()
+			defer in.d.Unlock()
+			octx, cancel := detach(ctx)
+			defer cancel()
+			err := in.d.RestoreLocked(octx, func(ctx context.Context) error {
+				return in.startOrRestore(ctx, "Error starting haproxy")
+			})
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", lb, err)
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
