@@ -80,6 +80,11 @@ func TestBench(t *testing.T) {
 			pyAgent.cell(func(a agentFigures) string { return fmtRatio(float64(a.rss) / float64(hap.rss)) }), "")
 	}
 
+	var notes []string
+	benchApplyFloor(t, &tb, &notes)
+	benchGrowth(t, &tb, &notes)
+	benchRestore(t, &tb, &notes)
+
 	var b strings.Builder
 	fmt.Fprintf(&b, "make bench: %s, %d cores, load %s, %s; upstream %s; %s\n\n",
 		cpuModel(), runtime.NumCPU(), loadAvg, runtime.Version(), py.describe(), haproxyVersion())
@@ -91,10 +96,28 @@ func TestBench(t *testing.T) {
 		"  socket queries) and rewrites its counters file on every call; our sender persists counters outside this loop.",
 		"start-up and RSS: same config and certificates on 127.0.0.1, the built bin/amphora-agent vs upstream's",
 		"  octavia.cmd.agent.main (gunicorn master + 1 worker + the heartbeat sender process; logs to a file, not syslog).",
-	}, "\n") + "\n")
+	}, "\n") + "\n" + strings.Join(notes, "\n") + "\n")
 	if err := os.WriteFile(filepath.Join(out, "table.txt"), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBenchApply prints only the apply, growth and restore figures (the
+// slow part of make bench), for a quicker look:
+//
+//	AMPHORA_BENCH_OUT=1 AMPHORA_AGENT_BIN=$PWD/bin/amphora-agent go test -tags bench -run '^TestBenchApply$' -v ./cmd/amphora-agent/
+func TestBenchApply(t *testing.T) {
+	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
+		t.Skip("AMPHORA_BENCH_OUT is not set")
+	}
+	var tb benchTable
+	var notes []string
+	benchApplyFloor(t, &tb, &notes)
+	benchGrowth(t, &tb, &notes)
+	benchRestore(t, &tb, &notes)
+	var b strings.Builder
+	tb.write(&b)
+	t.Log("\n" + b.String() + strings.Join(notes, "\n"))
 }
 
 // --- heartbeat ---------------------------------------------------------
@@ -110,10 +133,13 @@ func parseGoBench(t *testing.T, path string) map[string]goBenchResult {
 	res := map[string]goBenchResult{}
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkHeartbeat/") {
+		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkHeartbeat") {
 			continue
 		}
 		name := strings.TrimPrefix(f[0], "BenchmarkHeartbeat/")
+		if strings.HasPrefix(f[0], "BenchmarkHeartbeatCycle") {
+			name = "cycle"
+		}
 		if i := strings.LastIndexByte(name, '-'); i > 0 {
 			name = name[:i] // the GOMAXPROCS suffix
 		}
@@ -196,11 +222,26 @@ func benchHeartbeatRows(t *testing.T, out string, py upstream, tb *benchTable) {
 		all.nsPerOp, all.allocsPerOp, up.BuildSignNs)
 	row("  CSV → message", parse.nsPerOp+build.nsPerOp, parse.allocsPerOp+build.allocsPerOp, up.BuildNs)
 	row("  message → JSON + zlib + HMAC", sign.nsPerOp, sign.allocsPerOp, up.SignNs)
+	if c := goRes["cycle"]; c.nsPerOp > 0 {
+		tb.row("  whole sender cycle, real HAProxy, 1 LB × 10 lst × 250 mbr (in-process, wall)",
+			fmt.Sprintf("%s, %.0f allocs", fmtDur(time.Duration(c.nsPerOp)), c.allocsPerOp), "", "")
+	}
 	pyBytes := "n/a"
 	if upErr == nil {
 		pyBytes = fmt.Sprintf("%d B", up.DatagramBytes)
 	}
 	tb.row("  datagram size", fmt.Sprintf("%d B", sample.DatagramBytes), pyBytes, "")
+	// agent/health TestBenchCapacity: members one datagram carries.
+	var capacity struct {
+		Level     int
+		Ours, Go9 int
+		Python9   string
+	}
+	if raw, err := os.ReadFile(filepath.Join(out, "capacity.json")); err == nil && json.Unmarshal(raw, &capacity) == nil {
+		tb.row("  members one datagram carries (10 lst, random UUIDs)",
+			fmt.Sprintf("%d (klauspost zlib %d; Go zlib 9: %d)", capacity.Ours, capacity.Level, capacity.Go9),
+			capacity.Python9+" (zlib 9)", "")
+	}
 }
 
 func runUpstreamHeartbeat(t *testing.T, sample hbSample, up *hbUpstream) error {
