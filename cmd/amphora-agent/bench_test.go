@@ -65,6 +65,12 @@ func TestBench(t *testing.T) {
 	tb.row(fmt.Sprintf("start-up: exec → first mTLS GET / (median of %d | %d)", goStartRuns, pythonStartRuns),
 		fmtDur(goAgent.startup), pyAgent.cell(func(a agentFigures) string { return fmtDur(a.startup) }),
 		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.startup) / float64(goAgent.startup) }))
+	tb.row("GET /1.0/info, kept-alive mTLS (median)", fmtDur(goAgent.info),
+		pyAgent.cell(func(a agentFigures) string { return fmtDur(a.info) }),
+		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.info) / float64(goAgent.info) }))
+	tb.row("GET /1.0/details, kept-alive mTLS (median)", fmtDur(goAgent.details),
+		pyAgent.cell(func(a agentFigures) string { return fmtDur(a.details) }),
+		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.details) / float64(goAgent.details) }))
 	tb.row(fmt.Sprintf("idle RSS after %d requests (VmRSS, procs)", 2*idleRequests),
 		goAgent.rssCell(), pyAgent.cell(agentFigures.rssCell),
 		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.rss) / float64(goAgent.rss) }))
@@ -118,6 +124,18 @@ func TestBenchApply(t *testing.T) {
 	var b strings.Builder
 	tb.write(&b)
 	t.Log("\n" + b.String() + strings.Join(notes, "\n"))
+}
+
+// TestBenchAgentFigures prints only the Go agent's start-up, /info,
+// /details and idle memory for the binary in AMPHORA_AGENT_BIN, for
+// before/after comparisons of two builds.
+func TestBenchAgentFigures(t *testing.T) {
+	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
+		t.Skip("AMPHORA_BENCH_OUT is not set")
+	}
+	g, _ := benchAgents(t, upstream{err: errors.New("not measured")})
+	t.Logf("start-up %s, /1.0/info %s, /1.0/details %s, RSS %s, PSS %s",
+		fmtDur(g.startup), fmtDur(g.info), fmtDur(g.details), fmtKB(g.rss), fmtKB(g.pss))
 }
 
 // --- heartbeat ---------------------------------------------------------
@@ -308,9 +326,12 @@ func (u upstream) describe() string {
 // --- agents: start-up and idle memory -----------------------------------
 
 type agentFigures struct {
-	startup  time.Duration
-	rss, pss int64 // kB, summed over the agent's process group
-	procs    int
+	startup time.Duration
+	// info and details are the median latencies of GET /1.0/info and
+	// /1.0/details over one kept-alive connection.
+	info, details time.Duration
+	rss, pss      int64 // kB, summed over the agent's process group
+	procs         int
 }
 
 func (a agentFigures) rssCell() string { return fmt.Sprintf("%s (%d)", fmtKB(a.rss), a.procs) }
@@ -393,12 +414,36 @@ func benchAgent(t *testing.T, runs int, argv func(*testenv.Env) (args, env []str
 			pids := groupPids(p.pid())
 			fig.procs = len(pids)
 			fig.rss, fig.pss = memKB(pids)
+			fig.info, fig.details = latencies(e, idleRequests)
 		}
 		p.stop()
 	}
 	slices.Sort(startups)
 	fig.startup = startups[len(startups)/2]
 	return fig, nil
+}
+
+// latencies times GET /1.0/info and GET /1.0/details, runs times each,
+// on one kept-alive mutual-TLS connection; medians.
+func latencies(e *testenv.Env, runs int) (info, details time.Duration) {
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: e.ClientTLS()}}
+	defer client.CloseIdleConnections()
+	median := func(path string) time.Duration {
+		var ds []time.Duration
+		for range runs {
+			start := time.Now()
+			resp, err := client.Get(e.URL(path))
+			if err != nil {
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			ds = append(ds, time.Since(start))
+		}
+		return percentile(ds, 0.5)
+	}
+	median("/1.0/info") // the connection's handshake
+	return median("/1.0/info"), median("/1.0/details")
 }
 
 func firstGET(p *proc, client *http.Client, url string, limit time.Duration) (time.Duration, error) {
