@@ -3,6 +3,7 @@ package health
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -78,6 +79,15 @@ func sortedKeys[V any](dst []string, m map[string]V) []string {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonPlain marks the bytes written as they are: printable ASCII other
+// than the quote, the backslash and the HTML characters <, > and &.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = !strings.ContainsRune(`"\<>&`, rune(c))
+	}
+	return t
+}()
+
 // appendJSONString writes s as encoding/json does: <, > and & as \u00XX,
 // short escapes for \b \f \n \r \t, other control characters as \u00XX,
 // invalid UTF-8 as \ufffd, and U+2028/U+2029 escaped.
@@ -86,11 +96,11 @@ func appendJSONString(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
+		if jsonPlain[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
