@@ -437,15 +437,23 @@ func benchApplyFloor(t *testing.T, tb *benchTable, notes *[]string) {
 // benchGrowth prints how apply latency and heartbeat CPU grow with
 // listeners × members, and the 1 × 10 × 250 heartbeat of issue 12.
 func benchGrowth(t *testing.T, tb *benchTable, notes *[]string) {
-	bins := benchBinaries(t)
-	type cell struct{ listeners, members, beats int }
-	var cells []cell
+	var cells []growthCell
 	for _, l := range []int{1, 10, 50} {
 		for _, m := range []int{10, 100, 200} {
-			cells = append(cells, cell{l, m, growthBeats})
+			cells = append(cells, growthCell{l, m, growthBeats})
 		}
 	}
-	cells = append(cells, cell{10, 250, headlineBeats})
+	benchGrowthCells(t, tb, notes, append(cells, headlineCell))
+}
+
+// growthCell is one row of the growth table.
+type growthCell struct{ listeners, members, beats int }
+
+// headlineCell is issue 12's heartbeat: 1 LB × 10 × 250 over 20 beats.
+var headlineCell = growthCell{10, 250, headlineBeats}
+
+func benchGrowthCells(t *testing.T, tb *benchTable, notes *[]string, cells []growthCell) {
+	bins := benchBinaries(t)
 	agents, err := startAgents(t, bins)
 	if err != nil {
 		tb.row("growth: "+"agents", "n/a ("+err.Error()+")", "", "")

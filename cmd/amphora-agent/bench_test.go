@@ -126,6 +126,20 @@ func TestBenchApply(t *testing.T) {
 	t.Log("\n" + b.String() + strings.Join(notes, "\n"))
 }
 
+// TestBenchHeartbeatCPU prints only the running agent's heartbeat CPU
+// for 1 LB × 10 × 250 (and the baseline's, when set).
+func TestBenchHeartbeatCPU(t *testing.T) {
+	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
+		t.Skip("AMPHORA_BENCH_OUT is not set")
+	}
+	var tb benchTable
+	var notes []string
+	benchGrowthCells(t, &tb, &notes, []growthCell{headlineCell})
+	var b strings.Builder
+	tb.write(&b)
+	t.Log("\n" + b.String())
+}
+
 // TestBenchAgentFigures prints only the Go agent's start-up, /info,
 // /details and idle memory for the binary in AMPHORA_AGENT_BIN, for
 // before/after comparisons of two builds.
