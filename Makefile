@@ -87,8 +87,8 @@ bench: build
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || echo "bench: could not install$$missing"; \
 	fi; \
 	$(GO) test -run '^$$' -bench 'BenchmarkHeartbeat' -benchmem -count=1 ./agent/health/ | tee "$$out/heartbeat-bench.txt" && \
-	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -tags bench -run '^TestBenchSample$$' ./agent/health/ >"$$out/log" 2>&1 && \
-	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/ >>"$$out/log" 2>&1 \
+	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -tags bench -run '^TestBench(Sample|Capacity)$$' ./agent/health/ >"$$out/log" 2>&1 && \
+	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/ >>"$$out/log" 2>&1 \
 		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
 	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -timeout 10m -tags bench -run '^TestBenchScrape$$' ./haproxy/promex/ >>"$$out/log" 2>&1 \
 		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \

@@ -31,6 +31,9 @@ type Options struct {
 	// ReadRetryBudget bounds the retries of one LB's stats read
 	// (DefaultReadRetryBudget when zero).
 	ReadRetryBudget time.Duration
+	// ReadDeadline bounds how long a cycle waits for the stats of all LBs,
+	// read concurrently (half the interval, at most 2 s, when zero).
+	ReadDeadline time.Duration
 	// Sent, when set, is called after each datagram is handed to the
 	// kernel (tests and metrics); datagram is only valid during the call.
 	Sent func(dest string, datagram []byte)
@@ -39,12 +42,13 @@ type Options struct {
 // Sender is the heartbeat loop. Run it once; SetConfig and Forget may be
 // called from any goroutine.
 type Sender struct {
-	log         *zap.Logger
-	haproxy     HAProxySource
-	lvs         LVSSource
-	base        string
-	retryBudget time.Duration
-	sent        func(string, []byte)
+	log          *zap.Logger
+	haproxy      HAProxySource
+	lvs          LVSSource
+	base         string
+	retryBudget  time.Duration
+	readDeadline time.Duration
+	sent         func(string, []byte)
 
 	cfg     atomic.Pointer[config.Config]
 	changed chan struct{}
@@ -69,21 +73,24 @@ type Sender struct {
 
 	cacheMu sync.Mutex
 	cache   map[string]*cached // per LB seen running: its last good reading
+	reading map[string]bool    // LBs whose stats read is under way
 }
 
 // New prepares a sender; Run starts it.
 func New(o Options) *Sender {
 	s := &Sender{
-		log:         o.Log,
-		haproxy:     o.HAProxy,
-		lvs:         o.LVS,
-		base:        o.Config.BasePath,
-		retryBudget: o.ReadRetryBudget,
-		sent:        o.Sent,
-		changed:     make(chan struct{}, 1),
-		limit:       limiter{every: logEvery},
-		cache:       map[string]*cached{},
-		resolver:    net.DefaultResolver,
+		log:          o.Log,
+		haproxy:      o.HAProxy,
+		lvs:          o.LVS,
+		base:         o.Config.BasePath,
+		retryBudget:  o.ReadRetryBudget,
+		readDeadline: o.ReadDeadline,
+		reading:      map[string]bool{},
+		sent:         o.Sent,
+		changed:      make(chan struct{}, 1),
+		limit:        limiter{every: logEvery},
+		cache:        map[string]*cached{},
+		resolver:     net.DefaultResolver,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -221,28 +228,12 @@ func (s *Sender) Cycle(ctx context.Context) {
 // build reads every running LB and the LVS listeners and assembles the
 // message (health-and-config §2.7).
 func (s *Sender) build(ctx context.Context, cfg *config.Config) (Message, counts) {
-	var readings []Reading
 	lbs, err := s.haproxy.LoadBalancers()
 	if err != nil {
 		s.log.Error("cannot list load balancers", zap.Error(err))
 	}
 	s.pruneCache(lbs)
-	reported := 0
-	for _, lb := range lbs {
-		if !s.haproxy.Running(lb) {
-			if !s.seen(lb) || s.stopped(ctx, lb) {
-				s.Forget(lb)
-				continue
-			}
-			s.log.Debug("pid file unreadable for a moment (reload); the load balancer still runs", zap.String("lb", lb))
-		}
-		r, ok := s.readLB(ctx, lb)
-		if !ok {
-			continue
-		}
-		reported++
-		readings = append(readings, r)
-	}
+	readings, reported := s.readAll(ctx, lbs, cfg)
 	lvs, err := s.lvs.LVS(ctx)
 	if err != nil {
 		if ok, n := s.limit.allow("lvs:"+err.Error(), time.Now()); ok {
