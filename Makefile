@@ -11,7 +11,7 @@ PORT ?= 9443
 # makes the chroot the package is installed in.
 TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
 
-.PHONY: build deb run test test-unit test-system test-interop deps vet bench clean
+.PHONY: build deb run demo test test-unit test-system test-interop deps vet bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -40,13 +40,21 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags 'system interop bench vm' ./...
 
-test: deps vet build test-unit test-system test-interop test-vm
+test: deps vet build test-unit test-system demo test-interop test-vm
 
 test-unit:
 	$(GO) test -race -count=1 ./...
 
+# The demo is a system test too; make test runs it on its own (demo).
 test-system: build
-	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -p 1 ./...
+	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -p 1 -skip '^TestDemo$$' ./...
+
+# The whole job on this machine, told step by step (root): the test
+# TestDemo plays the controller and the health manager against the real
+# agent (see README.md, "The demo").
+demo: build
+	@if [ "$$(id -u)" != 0 ]; then echo "demo: needs root (it makes network namespaces)"; exit 1; fi
+	@set -o pipefail; AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -timeout 2m -run '^TestDemo$$' -v ./cmd/amphora-agent/ 2>&1 | grep -v '^=== RUN'
 
 test-interop: build
 	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run Interop ./...
@@ -69,7 +77,8 @@ test-vm: deb
 # heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed
 # datagram, and each stage), then cmd/amphora-agent/bench_test.go's table
 # against upstream's Python agent (Debian's python3-octavia, installed here
-# when missing and possible) and HAProxy's idle floor.
+# when missing and possible) and HAProxy's idle floor; then the cost of a
+# PROMETHEUS listener scrape (haproxy/promex/bench_test.go).
 bench: build
 	@set -o pipefail; out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
 	for p in haproxy python3-octavia; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
@@ -78,10 +87,12 @@ bench: build
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || echo "bench: could not install$$missing"; \
 	fi; \
 	$(GO) test -run '^$$' -bench 'BenchmarkHeartbeat' -benchmem -count=1 ./agent/health/ | tee "$$out/heartbeat-bench.txt" && \
-	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -tags bench -run '^TestBenchSample$$' ./agent/health/ >"$$out/log" 2>&1 && \
-	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 5m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/ >>"$$out/log" 2>&1 \
+	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -tags bench -run '^TestBench(Sample|Capacity)$$' ./agent/health/ >"$$out/log" 2>&1 && \
+	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/ >>"$$out/log" 2>&1 \
 		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
-	echo; cat "$$out/table.txt"
+	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -timeout 10m -tags bench -run '^TestBenchScrape$$' ./haproxy/promex/ >>"$$out/log" 2>&1 \
+		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
+	echo; cat "$$out/table.txt"; echo; cat "$$out/metrics.txt"
 
 clean:
 	rm -rf bin

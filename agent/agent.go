@@ -17,6 +17,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/certs"
@@ -58,6 +59,9 @@ type Options struct {
 	// Kernel plugs NICs and sets addresses, routes and rules; nil is the
 	// real kernel.
 	Kernel netns.Kernel
+	// Journal receives the output of HAProxy and keepalived (the binary
+	// sets it under systemd); nil leaves it in their output files only.
+	Journal journalfwd.Sink
 }
 
 // Agent is one running amphora agent.
@@ -70,6 +74,7 @@ type Agent struct {
 	osRel   string
 	procDir string
 	kernel  netns.Kernel // nil: the real one
+	journal journalfwd.Sink
 
 	cfg    atomic.Pointer[config.Config]
 	mutate chan struct{} // capacity 1: held while a mutation runs
@@ -94,6 +99,11 @@ type Agent struct {
 	vrrp vrrpRunner
 	// The UDP and SCTP listeners' keepalived instances.
 	lvs lvsRunner
+
+	// For `amphora-agent status`.
+	started  time.Time
+	ready    atomic.Bool
+	outcomes outcomes
 }
 
 // New builds an agent around an already loaded configuration.
@@ -107,8 +117,10 @@ func New(o Options) *Agent {
 		osRel:        o.OSRelease,
 		procDir:      o.ProcDir,
 		kernel:       o.Kernel,
+		journal:      o.Journal,
 		mutate:       make(chan struct{}, 1),
 		versionsDone: make(chan struct{}),
+		started:      time.Now().UTC(),
 	}
 	if a.log == nil {
 		a.log = zap.NewNop()
@@ -192,6 +204,7 @@ func (a *Agent) newSupervisor(cfg *config.Config) *haproxy.Supervisor {
 		},
 		Log:     a.log.Named("haproxy"),
 		ProcDir: a.procDir,
+		Journal: a.journal,
 	})
 }
 
@@ -380,6 +393,8 @@ func restartOnly(old, cur *config.Config) []string {
 	check("[amphora_agent] agent_server_ca", old.ServerCA != cur.ServerCA)
 	check("[amphora_agent] agent_tls_protocol", old.TLSMinVersion != cur.TLSMinVersion)
 	check("[amphora_agent] network_namespace", old.Namespace != cur.Namespace)
+	check("[amphora_agent] prometheus_proxy_address", old.PrometheusProxy != cur.PrometheusProxy)
+	check("[amphora_agent] prometheus_exporter_address", old.PrometheusExporter != cur.PrometheusExporter)
 	check("[DEFAULT] use_syslog", old.UseSyslog != cur.UseSyslog)
 	check("[DEFAULT] syslog_log_facility", old.SyslogFacility != cur.SyslogFacility)
 	return changed
@@ -401,7 +416,7 @@ func (a *Agent) applyLevel(cfg *config.Config) {
 // bad rotation cannot lock the controller out. The next TLS handshake
 // serves the new certificate.
 func (a *Agent) RotateCertificate(ctx context.Context, body []byte) error {
-	if err := certs.ValidateServerPEM(body); err != nil {
+	if err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now()); err != nil {
 		return fault.Invalid("Invalid certificate", err.Error())
 	}
 	path := a.Config().ServerCert

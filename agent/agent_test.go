@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -347,12 +348,20 @@ func TestRotateCertificate(t *testing.T) {
 	next, _ := ca.Server("amp-1")
 	certPath := f.write("server.pem", string(old.Combined()))
 
-	err = f.a.RotateCertificate(context.Background(), next.CertPEM)
-	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid {
-		t.Fatalf("certificate without key: %v", err)
-	}
-	if now, _ := os.ReadFile(certPath); string(now) != string(old.Combined()) {
-		t.Fatal("refused upload replaced the file")
+	expired, _ := ca.ServerValid("amp-1", []string{"amp-1"}, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	other, _ := ca.Server("amp-2")
+	for name, body := range map[string][]byte{
+		"certificate without key": next.CertPEM,
+		"expired certificate":     expired.Combined(),
+		"another amphora's":       other.Combined(),
+	} {
+		err = f.a.RotateCertificate(context.Background(), body)
+		if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid || fe.Message != "Invalid certificate" {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if now, _ := os.ReadFile(certPath); string(now) != string(old.Combined()) {
+			t.Fatalf("refused upload (%s) replaced the file", name)
+		}
 	}
 	if err := f.a.RotateCertificate(context.Background(), next.Combined()); err != nil {
 		t.Fatal(err)
@@ -392,5 +401,21 @@ func TestLoadBalancerActionValidation(t *testing.T) {
 		if err := f.a.DeleteListener(ctx, id); err != nil {
 			t.Errorf("delete %s: %v", id, err)
 		}
+	}
+}
+
+// Options read once at start-up are named when a new configuration
+// changes them.
+func TestRestartOnlyOptions(t *testing.T) {
+	old := &config.Config{PrometheusProxy: "127.0.0.1:9102", PrometheusExporter: "127.0.0.1:9101"}
+	cur := *old
+	cur.PrometheusProxy, cur.PrometheusExporter = "127.0.0.1:19102", "127.0.0.1:19101"
+	got := restartOnly(old, &cur)
+	want := []string{"[amphora_agent] prometheus_proxy_address", "[amphora_agent] prometheus_exporter_address"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if got := restartOnly(old, old); len(got) != 0 {
+		t.Fatalf("unchanged: %v", got)
 	}
 }

@@ -60,6 +60,7 @@ func (a *Agent) reservedNames() map[string]string {
 // returns its ETag (the md5 of the body as received).
 func (a *Agent) UploadHAProxy(ctx context.Context, amphoraID, lb string, body []byte) (string, error) {
 	if err := a.lbStore.Upload(ctx, amphoraID, lb, body); err != nil {
+		a.outcomes.refused(lb, err)
 		return "", err
 	}
 	return haproxy.MD5(body), nil
@@ -114,13 +115,16 @@ func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (stri
 	if !a.lbStore.Exists(id) {
 		return "", fault.NotFound("Loadbalancer Not Found", "No loadbalancer with UUID: "+id)
 	}
+	// A stop goes ahead even when the check script cannot be rewritten
+	// (a full disk), and reports that after.
+	var checkErr error
 	if a.Config().ActiveStandby() {
 		excluded := ""
 		if action == actionStop {
 			excluded = id
 		}
-		if err := a.updateVRRPCheck(excluded); err != nil {
-			return "", err
+		if checkErr = a.updateVRRPCheck(excluded); checkErr != nil && action != actionStop {
+			return "", checkErr
 		}
 	}
 	started := action == actionStart
@@ -131,8 +135,12 @@ func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (stri
 	case actionStop:
 		err = a.lbs.Stop(ctx, id)
 		a.loadBalancerGone(id)
+		if err == nil && checkErr != nil {
+			err = fault.Internal("HAProxy stopped, but the VRRP check script could not be updated", checkErr.Error(), checkErr)
+		}
 	case actionReload:
 		started, err = a.lbs.Reload(ctx, id)
+		a.outcomes.reload(id, err)
 	}
 	if err != nil {
 		return "", err
@@ -219,6 +227,7 @@ func (a *Agent) DeleteListener(ctx context.Context, id string) error {
 		}
 		return err
 	}
+	a.outcomes.forget(id)
 	if err := a.certStore().RemoveAll(id, a.lbID); err != nil {
 		a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))
 	}

@@ -345,3 +345,29 @@ func TestDeletingLastLoadBalancerKeepsVRRPCheckPassing(t *testing.T) {
 		t.Fatalf("deleting an unknown id rewrote the check: %q", got)
 	}
 }
+
+// In ACTIVE_STANDBY a stop goes ahead when keepalived's check script
+// cannot be rewritten (a full disk, here a file where its folder belongs),
+// and the answer says what could not be recorded; a start still refuses.
+func TestStopGoesAheadWhenTheCheckCannotBeWritten(t *testing.T) {
+	dir := t.TempDir()
+	conf := strings.Replace(baseConfig(dir), "loadbalancer_topology = SINGLE", "loadbalancer_topology = ACTIVE_STANDBY", 1)
+	lbs := &fakeLBs{running: map[string]bool{"lb1": true}}
+	a := New(Options{Config: configtest.Load(t, dir, conf), Runner: fakeRunner{}, LoadBalancers: lbs,
+		Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
+	f := &fixture{dir: dir}
+	f.write("lib/lb1/haproxy.cfg", lbConfig("L1"))
+	f.write("lib/vrrp/check_scripts", "not a folder")
+	ctx := context.Background()
+
+	_, err := a.LoadBalancerAction(ctx, "lb1", "stop")
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInternal || fe.Message != "HAProxy stopped, but the VRRP check script could not be updated" || fe.Details == "" {
+		t.Fatalf("stop: %v", err)
+	}
+	if _, err := a.LoadBalancerAction(ctx, "lb1", "start"); err == nil {
+		t.Fatal("start went ahead without its check script")
+	}
+	if want := []string{"stop lb1"}; !reflect.DeepEqual(lbs.calls, want) {
+		t.Fatalf("calls %v, want %v", lbs.calls, want)
+	}
+}

@@ -33,6 +33,7 @@ func (a *Agent) keepalivedOptions(cfg *config.Config, logName string) keepalived
 		LogFacility: cfg.AdministrativeLogFacility,
 		ProcDir:     a.procDir,
 		Log:         a.log.Named(logName),
+		Journal:     a.journal,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -137,14 +138,48 @@ func ParseKeyPair(pemData []byte) (tls.Certificate, error) {
 	return cert, nil
 }
 
-// ErrNotKeyPair is returned by ValidateServerPEM for an unusable upload.
-var ErrNotKeyPair = errors.New("not a PEM certificate with its matching private key")
+// Why ValidateServerPEM refuses an upload.
+var (
+	ErrNotKeyPair  = errors.New("not a PEM certificate with its matching private key")
+	ErrNotYetValid = errors.New("the certificate is not valid yet")
+	ErrExpired     = errors.New("the certificate has expired")
+	ErrWrongName   = errors.New("the certificate is not issued to this amphora")
+)
 
 // ValidateServerPEM checks a rotated server certificate before it replaces
-// the one in use, so a bad upload cannot lock the controller out.
-func ValidateServerPEM(pemData []byte) error {
-	if _, err := ParseKeyPair(pemData); err != nil {
+// the one in use, so a bad upload cannot lock the controller out: a
+// certificate with its key, valid at now, and naming amphoraID, the host
+// name the controller checks (it issues CN and DNS SAN = amphora id). An
+// empty amphoraID (no amphora_id configured) skips the name check.
+func ValidateServerPEM(pemData []byte, amphoraID string, now time.Time) error {
+	cert, err := ParseKeyPair(pemData)
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNotKeyPair, err)
 	}
+	leaf := cert.Leaf
+	switch {
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("%w: valid from %s", ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339))
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("%w: valid until %s", ErrExpired, leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if amphoraID != "" && !namesHost(leaf, amphoraID) {
+		return fmt.Errorf("%w %s: names %s", ErrWrongName, amphoraID, certNames(leaf))
+	}
 	return nil
+}
+
+// namesHost reports whether a TLS client checking host would accept leaf,
+// as the controller's Python client does: the DNS names when there are
+// any, otherwise the common name.
+func namesHost(leaf *x509.Certificate, host string) bool {
+	if len(leaf.DNSNames) > 0 {
+		return leaf.VerifyHostname(host) == nil
+	}
+	return strings.EqualFold(leaf.Subject.CommonName, host)
+}
+
+func certNames(leaf *x509.Certificate) string {
+	names := append([]string{"CN=" + leaf.Subject.CommonName}, leaf.DNSNames...)
+	return strings.Join(names, ", ")
 }

@@ -2,9 +2,12 @@ package certs
 
 import (
 	"crypto/tls"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
@@ -47,10 +50,57 @@ func TestValidateServerPEM(t *testing.T) {
 		{"empty", nil, false},
 	}
 	for _, c := range cases {
-		err := ValidateServerPEM(c.pem)
+		err := ValidateServerPEM(c.pem, "amp-a", time.Now())
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err = %v, want ok=%v", c.name, err, c.ok)
 		}
+	}
+}
+
+// A rotation the controller could not connect through is refused: not
+// valid yet, expired, or issued to another name than the amphora id the
+// controller checks (the DNS names when present, else the CN).
+func TestValidateServerPEMRefusesLockouts(t *testing.T) {
+	ca := mustCA(t)
+	now := time.Now()
+	issue := func(cn string, dns []string, from, until time.Time) []byte {
+		t.Helper()
+		c, err := ca.ServerValid(cn, dns, from, until)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Combined()
+	}
+	const id = "9d2b6e1c-4f3a-4c8e-8b7d-2a1e5f6c7d80"
+	year := 365 * 24 * time.Hour
+	cases := []struct {
+		name string
+		pem  []byte
+		want error
+	}{
+		{"as the controller issues it", issue(id, []string{id}, now.Add(-time.Minute), now.Add(year)), nil},
+		{"names in capitals", issue(strings.ToUpper(id), []string{strings.ToUpper(id)}, now.Add(-time.Minute), now.Add(year)), nil},
+		{"CN only", issue(id, nil, now.Add(-time.Minute), now.Add(year)), nil},
+		{"expired", issue(id, []string{id}, now.Add(-2*year), now.Add(-time.Minute)), ErrExpired},
+		{"not valid yet", issue(id, []string{id}, now.Add(time.Hour), now.Add(year)), ErrNotYetValid},
+		{"another amphora", issue("other", []string{"other"}, now.Add(-time.Minute), now.Add(year)), ErrWrongName},
+		// The controller's client checks the DNS names, not the CN, when
+		// there are any.
+		{"right CN, other DNS name", issue(id, []string{"other"}, now.Add(-time.Minute), now.Add(year)), ErrWrongName},
+		{"CN only, another amphora", issue("other", nil, now.Add(-time.Minute), now.Add(year)), ErrWrongName},
+	}
+	for _, c := range cases {
+		err := ValidateServerPEM(c.pem, id, now)
+		if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
+		}
+	}
+	// Without an amphora id configured only the name check is skipped.
+	if err := ValidateServerPEM(issue("other", []string{"other"}, now.Add(-time.Minute), now.Add(year)), "", now); err != nil {
+		t.Errorf("no amphora id: %v", err)
+	}
+	if err := ValidateServerPEM(issue(id, []string{id}, now.Add(-2*year), now.Add(-time.Minute)), "", now); !errors.Is(err, ErrExpired) {
+		t.Errorf("no amphora id, expired: %v", err)
 	}
 }
 

@@ -24,11 +24,20 @@ type Store struct {
 // "x.pem", "<uuid>.pem" and "<sha1>.pem" pass, "test.bla" does not.
 var filenamePattern = regexp.MustCompile(`(\w.)+pem`)
 
+// MaxFilenameLen bounds certificate filenames: the atomic write's
+// temporary name (".<name>.tmp-<digits>") must still fit the file
+// system's 255 bytes. The controller's names are 40 to 44 bytes.
+const MaxFilenameLen = 200
+
 // ValidateFilename applies upstream's rule and, beyond it, refuses names
-// that would leave the load balancer's folder.
+// that would leave the load balancer's folder or that no file system
+// takes.
 func ValidateFilename(name string) error {
 	if !filenamePattern.MatchString(name) || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 		return fault.Invalid("Filename has wrong format")
+	}
+	if len(name) > MaxFilenameLen {
+		return fault.Invalid("Filename has wrong format", fmt.Sprintf("the filename is longer than %d bytes", MaxFilenameLen))
 	}
 	return nil
 }

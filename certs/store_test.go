@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
@@ -25,6 +26,26 @@ func TestValidateFilename(t *testing.T) {
 			if fe, _ := fault.As(err); fe.Message != "Filename has wrong format" || fe.HasDetails {
 				t.Errorf("%q: body %+v", name, fe)
 			}
+		}
+	}
+}
+
+// A name no file system takes is a 400 on every method, not the 500 of a
+// failed create; the longest accepted name still stores.
+func TestLongFilename(t *testing.T) {
+	s := Store{Dir: filepath.Join(t.TempDir(), "certs")}
+	longest := strings.Repeat("a", MaxFilenameLen-4) + ".pem"
+	if _, err := s.Put("lb1", longest, []byte("pem"), anyID); err != nil {
+		t.Fatalf("%d-byte name: %v", len(longest), err)
+	}
+	long := strings.Repeat("a", 300) + ".pem"
+	_, putErr := s.Put("lb1", long, []byte("pem"), anyID)
+	_, md5Err := s.MD5("lb1", long, anyID)
+	delErr := s.Delete("lb1", long, anyID)
+	for i, err := range []error{putErr, md5Err, delErr} {
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind != fault.KindInvalid || fe.Message != "Filename has wrong format" || !strings.Contains(fe.Details, "longer than") {
+			t.Errorf("method %d: %v", i, err)
 		}
 	}
 }

@@ -33,6 +33,10 @@ func (l Layout) MasterSocketPath(lb string) string { return filepath.Join(l.Dir(
 // failed start or reload answers with.
 func (l Layout) LogPath(lb string) string { return filepath.Join(l.Dir(lb), "haproxy.log") }
 
+// JournalIdentifier names the LB's HAProxy output in the journal
+// (journalctl -t), after upstream's unit for it.
+func (l Layout) JournalIdentifier(lb string) string { return "haproxy-" + lb }
+
 // StatePath is the agent's record of the LB (peer name, desired state).
 func (l Layout) StatePath(lb string) string { return filepath.Join(l.Dir(lb), "agent-state.json") }
 

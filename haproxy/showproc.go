@@ -81,3 +81,10 @@ func showProc(ctx context.Context, masterSocket string) (procTable, error) {
 	}
 	return parseShowProc(out)
 }
+
+// ShowProcWorkers reads the current workers' pids from a master's
+// `show proc` answer.
+func ShowProcWorkers(out []byte) ([]int, error) {
+	t, err := parseShowProc(out)
+	return t.Workers, err
+}

@@ -52,6 +52,8 @@ type Store struct {
 	// FDLimit returns the open-files limit HAProxy will run under; nil
 	// means this process's hard RLIMIT_NOFILE.
 	FDLimit func() uint64
+
+	memo checkMemo
 }
 
 // DefaultCheckTimeout bounds a validation: HAProxy checks a large config
@@ -138,6 +140,9 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 		return fault.Internalf("staging config: %w", err)
 	}
 	peer := PeerName(amphoraID)
+	// Taken before the check, so that a file changed during it shows.
+	fp := s.fingerprint(cfg, peer)
+	s.memo.set(lb, "")
 	if out, err := s.check(ctx, staged, peer); err != nil {
 		if rerr := os.Rename(staged, s.Layout.FailedPath(lb)); rerr != nil {
 			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
@@ -158,6 +163,7 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err := fsutil.SyncDir(s.Layout.Dir(lb)); err != nil {
 		return fault.Internalf("%w", err)
 	}
+	s.memo.set(lb, fp)
 	return nil
 }
 
@@ -296,6 +302,7 @@ func notFound(lb string) error {
 // balancer's (Known) is left alone, and so is anything at a socket path
 // that is not a socket: a config may name any file as its stats socket.
 func (s *Store) Remove(lb string) error {
+	s.memo.set(lb, "")
 	if !s.Layout.Known(lb) {
 		return nil
 	}

@@ -225,3 +225,91 @@ func TestRemoveTakesOnlyWhatTheAgentMade(t *testing.T) {
 		}
 	}
 }
+
+// The reload after an upload does not run haproxy -c again for the config
+// the upload checked, unless the config, the HAProxy binary, the
+// user/group file or a file the config names (directly, through a folder
+// or a crt-list) changed since, or the config loads Lua.
+func TestCheckStoredSkipsWhatUploadChecked(t *testing.T) {
+	s, r := newTestStore(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "haproxy")
+	write := func(p, data string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(bin, "binary v1")
+	s.HAProxyCmd = bin
+	certDir := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pem, listed, errf := filepath.Join(dir, "l1.pem"), filepath.Join(certDir, "sni.pem"), filepath.Join(dir, "503.http")
+	crtList := filepath.Join(dir, "l1.crtlist")
+	write(pem, "cert")
+	write(listed, "sni cert")
+	write(crtList, listed+" [ssl-min-ver TLSv1.2] sni.example\n")
+	write(errf, "HTTP/1.0 503\r\n\r\n")
+	cfg := "global\n    maxconn 100\nfrontend L1\n    bind :443 ssl crt-list " + crtList + " ca-file " + pem +
+		"\n    errorfile 503 " + errf + "\n    bind :444 ssl crt " + certDir + "\n"
+	checks := func() int {
+		n := 0
+		for _, c := range r.calls {
+			if len(c) > 1 && c[1] == "-c" {
+				n++
+			}
+		}
+		return n
+	}
+	reload := func(wantCheck bool, what string) {
+		t.Helper()
+		before := checks()
+		_, skipped, err := s.CheckStored(ctx, "lb1", PeerName("AMP1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran := checks() > before; ran != wantCheck || skipped == wantCheck {
+			t.Fatalf("%s: check ran %v (skipped %v), want it to run %v", what, ran, skipped, wantCheck)
+		}
+	}
+	upload := func(body string) {
+		t.Helper()
+		if err := s.Upload(ctx, "AMP1", "lb1", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upload(cfg)
+	reload(false, "right after the upload")
+	reload(false, "a second reload of the same config")
+
+	for _, change := range []struct {
+		what string
+		do   func()
+	}{
+		{"certificate rewritten", func() { write(pem, "cert2") }},
+		{"certificate named in the crt-list rewritten", func() { write(listed, "sni cert 2") }},
+		{"crt-list rewritten", func() { write(crtList, listed+"\n") }},
+		{"file added to the certificate folder", func() { write(filepath.Join(certDir, "other.pem"), "x") }},
+		{"error file removed", func() { os.Remove(errf) }},
+		{"HAProxy binary replaced", func() { os.Remove(bin); write(bin, "binary v2") }},
+		{"user/group file changed", func() { write(s.UserGroupFile, "global\n    group other\n") }},
+		{"stored config changed on disk", func() { write(s.Layout.ConfigPath("lb1"), cfg+"# edited\n") }},
+	} {
+		upload(cfg)
+		change.do()
+		reload(true, change.what)
+		reload(false, change.what+", then reloaded again")
+	}
+
+	upload(cfg + "    lua-load /dev/null\n")
+	reload(true, "a config loading Lua")
+	upload(cfg)
+	s.Remove("lb1")
+	upload(cfg)
+	if checks() == 0 {
+		t.Fatal("no check ran")
+	}
+}

@@ -1,22 +1,25 @@
 package haproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/journal"
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
-	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/netns"
@@ -31,11 +34,16 @@ const (
 	// rollback: the controller must get its 500 within 30 s.
 	operationTimeout = 28 * time.Second
 	stateTimeout     = 3 * time.Second
-	pollEvery        = procwatch.DefaultPoll
-	// settle is how long a new worker must stay up before a reload is
-	// answered as done: workers that fail at once are caught before the
-	// controller hears "OK".
+	// settle is how long a new worker is watched after a reload was
+	// answered: one that exits within it (while its master lives on) makes
+	// the agent put the last good config back. The answer does not wait
+	// for it; a master that dies is handled by OnDeath at any time.
 	settle = procwatch.DefaultSettle
+	// reloadPoll is how often the master is asked for its new worker: the
+	// controller waits for the answer, so the poll is kept short.
+	reloadPoll = 2 * time.Millisecond
+	// restoreParallel is how many load balancers Restore starts at once.
+	restoreParallel = 4
 )
 
 // DefaultConfirmAfter is how long a newly loaded config must keep HAProxy
@@ -52,6 +60,9 @@ type SupervisorOptions struct {
 	ProcDir   string
 	// ConfirmAfter: see DefaultConfirmAfter.
 	ConfirmAfter time.Duration
+	// Journal receives each load balancer's HAProxy output (under
+	// systemd); nil keeps it in the output files only.
+	Journal journalfwd.Sink
 }
 
 // Supervisor runs every load balancer's HAProxy in master-worker mode
@@ -117,6 +128,17 @@ func (s *Supervisor) Running(lb string) bool {
 	return ok && in.d.Running()
 }
 
+// History is lb's restart record; ok is false when lb is not supervised.
+func (s *Supervisor) History(lb string) (h procwatch.History, ok bool) {
+	s.mu.Lock()
+	in, ok := s.lbs[lb]
+	s.mu.Unlock()
+	if !ok {
+		return h, false
+	}
+	return in.d.History(), true
+}
+
 // detach gives a lifecycle step its own deadline, cut loose from the
 // request that asked for it: once begun, a start, stop, reload or delete
 // runs to completion even if the controller hangs up, so it never leaves
@@ -153,10 +175,17 @@ func (s *Supervisor) Stop(ctx context.Context, lb string) error {
 	in := s.instance(lb)
 	in.d.Lock()
 	defer in.d.Unlock()
-	if err := in.d.SetDesiredLocked(false); err != nil {
-		return fault.Internalf("%w", err)
+	// HAProxy stops even when its stopped state cannot be recorded (a
+	// full disk): the controller asked for it to stop, and hears about
+	// the record after.
+	recErr := in.d.SetDesiredLocked(false)
+	if err := in.stopLocked(); err != nil {
+		return errors.Join(err, recErr)
 	}
-	return in.stopLocked()
+	if recErr != nil {
+		return fault.Internal("HAProxy stopped, but its stopped state could not be recorded", recErr.Error(), recErr)
+	}
+	return nil
 }
 
 // Reload makes lb run its stored config without dropping connections. A
@@ -193,30 +222,40 @@ func (s *Supervisor) Delete(ctx context.Context, lb string) error {
 // Restore brings every load balancer back to its desired state after an
 // agent restart or a reboot: a master still running from the previous
 // agent is adopted, one that should run but does not is started (and
-// retried with backoff if it fails). It stops early when ctx ends.
+// retried with backoff if it fails). Load balancers are restored a few at
+// a time, so that each one's readiness wait overlaps the others' start.
+// It stops early when ctx ends.
 func (s *Supervisor) Restore(ctx context.Context) error {
 	lbs, err := s.layout().LoadBalancers()
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, lb := range lbs {
+	errs := make([]error, len(lbs))
+	sem := make(chan struct{}, restoreParallel)
+	var wg sync.WaitGroup
+	for i, lb := range lbs {
 		if ctx.Err() != nil {
-			errs = append(errs, ctx.Err())
+			errs[i] = ctx.Err()
 			break
 		}
-		in := s.instance(lb)
-		in.d.Lock()
-		octx, cancel := detach(ctx)
-		err := in.d.RestoreLocked(octx, func(ctx context.Context) error {
-			return in.startOrRestore(ctx, "Error starting haproxy")
-		})
-		cancel()
-		in.d.Unlock()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", lb, err))
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			in := s.instance(lb)
+			in.d.Lock()
+			defer in.d.Unlock()
+			octx, cancel := detach(ctx)
+			defer cancel()
+			err := in.d.RestoreLocked(octx, func(ctx context.Context) error {
+				return in.startOrRestore(ctx, "Error starting haproxy")
+			})
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", lb, err)
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -235,13 +274,13 @@ type instance struct {
 func (s *Supervisor) newInstance(lb string) *instance {
 	in := &instance{s: s, lb: lb}
 	l := s.layout()
-	sock, pidPath := l.MasterSocketPath(lb), l.PidPath(lb)
+	sock := l.MasterSocketPath(lb)
 	in.d = procwatch.NewDaemon(procwatch.Spec{
 		Name:      "HAProxy",
 		Log:       s.log.With(zap.String("lb", lb)),
 		Command:   in.command,
 		Launch:    func(cmd *exec.Cmd) error { return netns.StartIn(s.opts.Namespace, cmd) },
-		PidPath:   pidPath,
+		PidPath:   l.PidPath(lb),
 		LogPath:   l.LogPath(lb),
 		StatePath: l.StatePath(lb),
 		Clean:     []string{sock},
@@ -251,17 +290,29 @@ func (s *Supervisor) newInstance(lb string) *instance {
 			_, err := showProc(ctx, sock)
 			return err == nil
 		},
-		Ready: func(ctx context.Context, p *procwatch.Process) bool {
-			if t, err := showProc(ctx, sock); err != nil || len(t.Workers) == 0 {
-				return false
-			}
-			pid, err := pidfile.Read(pidPath)
-			return err == nil && pid == p.Pid
+		Ready: func(ctx context.Context, _ *procwatch.Process) bool {
+			t, err := showProc(ctx, sock)
+			return err == nil && len(t.Workers) > 0
 		},
 		OnDeath: in.died,
 		Backoff: s.opts.Backoff,
+		Journal: journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
 	}, s.done)
 	return in
+}
+
+// Priority is the journal priority of a line of HAProxy's output, from
+// the level it starts with ("[ALERT]    (pid) : ...").
+func Priority(line []byte) journal.Priority {
+	switch {
+	case bytes.HasPrefix(line, []byte("[ALERT]")):
+		return journal.PriErr
+	case bytes.HasPrefix(line, []byte("[WARNING]")):
+		return journal.PriWarning
+	case bytes.HasPrefix(line, []byte("[NOTICE]")):
+		return journal.PriNotice
+	}
+	return journal.PriInfo
 }
 
 func (in *instance) log() *zap.Logger { return in.s.log.With(zap.String("lb", in.lb)) }
@@ -329,9 +380,10 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	in.confirmIfAlive()
 	in.saveServersState(ctx)
 	offset := in.d.LogSize()
-	err := in.signalReload(ctx, proc)
+	worker, err := in.signalReload(ctx, proc)
 	if err == nil {
 		in.loaded()
+		go in.watchWorker(proc, worker, in.loads, offset)
 		return false, nil
 	}
 	output := in.output(offset, err)
@@ -349,69 +401,98 @@ func (in *instance) check(ctx context.Context) (string, error) {
 	if err != nil || state.Peer == "" {
 		return "no peer name recorded: upload the configuration again", errors.New("no peer recorded")
 	}
-	return st.check(ctx, st.Layout.ConfigPath(in.lb), state.Peer)
+	out, skipped, err := st.CheckStored(ctx, in.lb, state.Peer)
+	if skipped {
+		in.log().Debug("config, HAProxy and the files it names unchanged since the check at upload; not checked again")
+	}
+	return out, err
 }
 
 // signalReload asks the master to load the stored config (SIGUSR2, as
 // systemd's ExecReload does upstream) and waits until the master lists a
-// new worker generation, or reports that loading failed.
-func (in *instance) signalReload(ctx context.Context, proc *procwatch.Process) error {
+// new worker generation, or reports that loading failed. It returns the
+// new worker's pid.
+func (in *instance) signalReload(ctx context.Context, proc *procwatch.Process) (int, error) {
 	sock := in.s.layout().MasterSocketPath(in.lb)
 	before, err := showProc(ctx, sock)
 	if err != nil {
-		return fmt.Errorf("master CLI before reload: %w", err)
+		return 0, fmt.Errorf("master CLI before reload: %w", err)
 	}
 	old := map[int]bool{}
 	for _, w := range before.Workers {
 		old[w] = true
 	}
 	if err := syscall.Kill(proc.Pid, syscall.SIGUSR2); err != nil {
-		return fmt.Errorf("signalling the master: %w", err)
+		return 0, fmt.Errorf("signalling the master: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 	defer cancel()
+	tick := time.NewTicker(reloadPoll)
+	defer tick.Stop()
 	for {
 		if !proc.Alive() {
-			return fmt.Errorf("HAProxy master %s during reload", proc.Status)
+			return 0, fmt.Errorf("HAProxy master %s during reload", proc.Status)
 		}
 		if now, err := showProc(ctx, sock); err == nil && now.MasterPID == proc.Pid {
 			if now.FailedReloads > before.FailedReloads {
-				return errors.New("HAProxy could not load the new configuration")
+				return 0, errors.New("HAProxy could not load the new configuration")
 			}
 			for _, w := range now.Workers {
 				if !old[w] {
-					return in.settled(ctx, proc, w)
+					return w, nil
 				}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no new HAProxy worker within %v", reloadTimeout)
-		case <-time.After(pollEvery):
+			return 0, fmt.Errorf("no new HAProxy worker within %v", reloadTimeout)
+		case <-proc.Exited:
+		case <-tick.C:
 		}
 	}
 }
 
-// settled waits briefly and checks that worker is still the master's
-// current worker.
-func (in *instance) settled(ctx context.Context, proc *procwatch.Process, worker int) error {
+// watchWorker runs after a reload was answered: if the new worker exits
+// within settle while its master lives on and no later config was loaded,
+// the last good config is put back. A master that dies is OnDeath's.
+func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64, offset int64) {
 	select {
-	case <-ctx.Done():
-		return ctx.Err()
 	case <-proc.Exited:
-		return fmt.Errorf("HAProxy master %s right after loading the configuration", proc.Status)
+		return
+	case <-in.s.done:
+		return
 	case <-time.After(settle):
 	}
-	now, err := showProc(ctx, in.s.layout().MasterSocketPath(in.lb))
+	sock := in.s.layout().MasterSocketPath(in.lb)
+	listed := func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), stateTimeout)
+		defer cancel()
+		now, err := showProc(ctx, sock)
+		return err == nil && slices.Contains(now.Workers, worker), err
+	}
+	if ok, _ := listed(); ok {
+		return
+	}
+	in.d.Lock()
+	defer in.d.Unlock()
+	if in.loads != gen || in.d.ProcLocked() != proc || !proc.Alive() {
+		return
+	}
+	ok, err := listed()
+	if ok {
+		return
+	}
+	reason := fmt.Sprintf("the new HAProxy worker %d exited right after start", worker)
 	if err != nil {
-		return fmt.Errorf("master CLI after reload: %w", err)
+		reason = fmt.Sprintf("master CLI after reload: %v", err)
 	}
-	for _, w := range now.Workers {
-		if w == worker {
-			return nil
-		}
+	in.log().Error("new configuration failed right after it was loaded; putting the last good config back",
+		zap.String("reason", reason), zap.String("output", in.d.Output(offset)))
+	ctx, cancel := context.WithTimeout(context.Background(), operationTimeout)
+	defer cancel()
+	if err := in.rollback(ctx); err != nil {
+		in.log().Error("rollback failed", zap.Error(err))
 	}
-	return fmt.Errorf("the new HAProxy worker %d exited right after start", worker)
 }
 
 // loaded records that the stored config now runs. It becomes the last good
@@ -481,7 +562,7 @@ func (in *instance) rollback(ctx context.Context) error {
 	// The config going back in has already proven itself.
 	in.unconfirmed = false
 	if proc := in.d.ProcLocked(); proc != nil {
-		if err := in.signalReload(ctx, proc); err == nil {
+		if _, err := in.signalReload(ctx, proc); err == nil {
 			return nil
 		}
 		in.d.KillLocked()

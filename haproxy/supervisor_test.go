@@ -14,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/journal"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
@@ -27,6 +30,12 @@ import (
 
 func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 	t.Helper()
+	return realSupervisorJournal(t, nil)
+}
+
+// realSupervisorJournal is realSupervisor sending HAProxy's output to j.
+func realSupervisorJournal(t *testing.T, j journalfwd.Sink) (*Supervisor, *Store, int) {
+	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
 		t.Skip("haproxy is not installed (make test installs it)")
@@ -36,9 +45,7 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 		t.Fatal(err)
 	}
 	st := realStore(t, bin, dir)
-	sup := NewSupervisor(SupervisorOptions{Store: st, Log: zaptest.NewLogger(t),
-		Backoff:      procwatch.Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute},
-		ConfirmAfter: time.Second})
+	sup := NewSupervisor(testOptions(t, st, j))
 	t.Cleanup(func() {
 		sup.Close()
 		if pid, err := pidfile.Read(st.Layout.PidPath("lb1")); err == nil {
@@ -47,6 +54,12 @@ func realSupervisor(t *testing.T) (*Supervisor, *Store, int) {
 		os.RemoveAll(dir)
 	})
 	return sup, st, haproxytest.FreePort(t)
+}
+
+func testOptions(t *testing.T, st *Store, j journalfwd.Sink) SupervisorOptions {
+	return SupervisorOptions{Store: st, Log: zaptest.NewLogger(t),
+		Backoff:      procwatch.Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: time.Second, Stable: time.Minute},
+		ConfirmAfter: time.Second, Journal: j}
 }
 
 // realStore keeps its files under dir and checks with the real HAProxy bin.
@@ -143,6 +156,61 @@ func TestSupervisorRespawnsAndStaysStopped(t *testing.T) {
 	}
 	if st2, _ := st.ReadState("lb1"); st2.Running {
 		t.Fatal("stop not recorded")
+	}
+}
+
+// HAProxy's output reaches the journal under haproxy-<lb>, with its level
+// as the priority; after an agent restart (a new Supervisor adopting the
+// running master) what the master says next arrives too, and nothing is
+// sent twice.
+func TestSupervisorForwardsHAProxyOutputToTheJournal(t *testing.T) {
+	j := &journalfwdtest.Journal{}
+	sup, st, port := realSupervisorJournal(t, j)
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	id := st.Layout.JournalIdentifier("lb1")
+	has := func(sub string, n int) func([]string) bool {
+		return func(lines []string) bool {
+			c := 0
+			for _, l := range lines {
+				if strings.Contains(l, sub) {
+					c++
+				}
+			}
+			return c >= n
+		}
+	}
+	j.WaitFor(t, 10*time.Second, id, "the first worker", has("New worker", 1))
+	for _, e := range j.Entries() {
+		if strings.HasPrefix(e.Message, "[NOTICE]") && e.Priority != journal.PriNotice {
+			t.Errorf("%q sent at priority %d", e.Message, e.Priority)
+		}
+	}
+	sup.Close()
+	started := len(j.Messages(id))
+
+	sup2 := NewSupervisor(testOptions(t, st, j))
+	t.Cleanup(sup2.Close)
+	if err := sup2.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup2.Reload(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen2")
+	j.WaitFor(t, 10*time.Second, id, "the reload's worker", has("New worker", 2))
+	lines := j.Messages(id)
+	t.Logf("journal:\n%s", strings.Join(lines, "\n"))
+	if has("New worker", 3)(lines) || len(lines) <= started {
+		t.Fatalf("after the restart the journal holds %d lines, %d before", len(lines), started)
 	}
 }
 

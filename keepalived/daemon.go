@@ -5,13 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/journal"
 	"go.uber.org/zap"
 
-	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
@@ -37,6 +39,19 @@ type Files struct {
 	CheckPid string // checker child (-c)
 	Log      string // stdout and stderr; keepalived's own log goes to syslog
 	State    string // desired state
+	// Journal are the journal identifiers (journalctl -t) of its output
+	// under systemd: first the one the agent forwards the file under,
+	// after upstream's unit, then those keepalived logs to syslog with
+	// (shared by every keepalived of the amphora).
+	Journal []string
+}
+
+// forwardedAs is the identifier the output file is forwarded under.
+func (f Files) forwardedAs() string {
+	if len(f.Journal) == 0 {
+		return "keepalived"
+	}
+	return f.Journal[0]
 }
 
 // Options are shared by every keepalived the agent runs.
@@ -47,12 +62,17 @@ type Options struct {
 	ProcDir     string
 	Backoff     procwatch.Backoff
 	Log         *zap.Logger
+	// Journal receives what keepalived writes outside its log (under
+	// systemd); nil keeps it in the output files only.
+	Journal journalfwd.Sink
 }
 
 // daemon is one keepalived under supervision: in the foreground (so the
-// agent is its parent) inside the data-plane namespace. What is
-// keepalived's own: its command line, "ready" (the main pid file names the
-// new process) and reload (SIGHUP).
+// agent is its parent) inside the data-plane namespace, its log lines also
+// on its stdout (--log-console) so that its output file holds them with its
+// errors, and status can read its VRRP role there. What is
+// keepalived's own: its command line and reload (SIGHUP); "ready" is the
+// core's (the main pid file names the new process).
 type daemon struct {
 	files Files
 	argv  []string
@@ -65,7 +85,7 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 	if k.log == nil {
 		k.log = zap.NewNop()
 	}
-	args := []string{"--dont-fork", "--log-facility=" + strconv.Itoa(o.LogFacility),
+	args := []string{"--dont-fork", "--log-console", "--log-facility=" + strconv.Itoa(o.LogFacility),
 		"-f", f.Config, "-p", f.Pid, "-r", f.VRRPPid, "-c", f.CheckPid}
 	k.argv = args
 	k.d = procwatch.NewDaemon(procwatch.Spec{
@@ -86,15 +106,26 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 			return procwatch.ArgAfter(a, "-f", func(s string) bool { return s == f.Config }) &&
 				procwatch.ArgAfter(a, "-p", func(s string) bool { return s == f.Pid })
 		},
-		Ready: func(_ context.Context, p *procwatch.Process) bool {
-			pid, err := pidfile.Read(f.Pid)
-			return err == nil && pid == p.Pid
-		},
 		Backoff:      o.Backoff,
 		StartTimeout: startTimeout,
+		Journal:      journalfwd.Options{Sink: o.Journal, Identifier: f.forwardedAs(), Priority: priority, Skip: isLogLine},
 	}, done)
 	return k
 }
+
+// logLine is how keepalived --log-console prints a log record
+// ("Mon Nov 30 16:09:07 2026: ...").
+var logLine = regexp.MustCompile(`^[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \d{4}: `)
+
+// isLogLine: keepalived's log records reach the journal through syslog
+// (with the administrative facility the amphora's log offloading
+// forwards), so only the rest of its output file is forwarded; every line
+// lands in the journal once.
+func isLogLine(line []byte) bool { return logLine.Match(line) }
+
+// priority: what keepalived writes outside its log is an error (a bad
+// option, a crash).
+func priority([]byte) journal.Priority { return journal.PriErr }
 
 func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)

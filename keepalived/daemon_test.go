@@ -191,3 +191,19 @@ func TestFakeKeepalivedFailedStartRetried(t *testing.T) {
 	os.Remove(refuse)
 	waitUntil(t, "the retried start", v.Running)
 }
+
+// keepalived --log-console prints its log records with a date; those go
+// to syslog as well and are not forwarded, the rest is.
+func TestIsLogLine(t *testing.T) {
+	for line, want := range map[string]bool{
+		"Mon Nov 30 16:09:07 2026: Starting Keepalived v2.2.7 (01/16,2022)": true,
+		"Tue Dec  1 09:00:00 2026:               '/tmp/v.pid' '-c'":         true,
+		"keepalived: unrecognized option '--bogus'":                         false,
+		"Segmentation fault": false,
+		"":                   false,
+	} {
+		if got := isLogLine([]byte(line)); got != want {
+			t.Errorf("isLogLine(%q) = %v", line, got)
+		}
+	}
+}

@@ -50,6 +50,7 @@ func (l LVSLayout) Files(id string) Files {
 		CheckPid: l.file(id, ".check.pid"),
 		Log:      l.file(id, ".log"),
 		State:    l.file(id, ".state.json"),
+		Journal:  []string{"octavia-keepalivedlvs-" + id, "Keepalived", "Keepalived_healthcheckers"},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
 // LVSOptions configure the listeners' keepalived instances.
@@ -51,6 +52,18 @@ func (s *LVS) Layout() LVSLayout { return s.store.Layout }
 
 // Close stops supervising; keepalived instances keep running.
 func (s *LVS) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+
+// History is the listener's restart record; ok is false when it is not
+// supervised.
+func (s *LVS) History(id string) (h procwatch.History, ok bool) {
+	s.mu.Lock()
+	k := s.instances[id]
+	s.mu.Unlock()
+	if k == nil {
+		return h, false
+	}
+	return k.d.History(), true
+}
 
 func (s *LVS) instance(id string) *daemon {
 	s.mu.Lock()

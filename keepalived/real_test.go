@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
@@ -21,26 +24,7 @@ import (
 // up at once, still starts and reloads it completely, and exactly one
 // keepalived runs the config.
 func TestRealKeepalivedOutlivesTheRequest(t *testing.T) {
-	bin, err := exec.LookPath("keepalived")
-	if err != nil {
-		t.Skip("keepalived is not installed (make test installs it)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("keepalived needs root")
-	}
-	base := t.TempDir()
-	v := NewVRRP(VRRPOptions{Base: base, Options: Options{Cmd: bin, Log: zaptest.NewLogger(t)}})
-	t.Cleanup(func() {
-		v.Stop(context.Background())
-		v.Close()
-		if pid, err := pidfile.Read(v.Layout().PidPath()); err == nil {
-			syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	})
-	// A router id of its own: nothing else on the host is touched.
-	if err := v.Upload(context.Background(), []byte("global_defs {\n    router_id aa_test_"+filepath.Base(base)+"\n}\n")); err != nil {
-		t.Fatal(err)
-	}
+	v := realVRRP(t, nil)
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := v.Start(gone); err != nil {
@@ -58,6 +42,32 @@ func TestRealKeepalivedOutlivesTheRequest(t *testing.T) {
 	if n := keepaliveds(v.Layout().ConfigPath()); n != 1 {
 		t.Fatalf("%d keepalived main processes run the config, want 1", n)
 	}
+}
+
+// realVRRP is the VRRP keepalived of a config that touches nothing (a
+// router id of its own), uploaded, not started; j receives its output.
+func realVRRP(t *testing.T, j journalfwd.Sink) *VRRP {
+	t.Helper()
+	bin, err := exec.LookPath("keepalived")
+	if err != nil {
+		t.Skip("keepalived is not installed (make test installs it)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("keepalived needs root")
+	}
+	base := t.TempDir()
+	v := NewVRRP(VRRPOptions{Base: base, Options: Options{Cmd: bin, Log: zaptest.NewLogger(t), Journal: j}})
+	t.Cleanup(func() {
+		v.Stop(context.Background())
+		v.Close()
+		if pid, err := pidfile.Read(v.Layout().PidPath()); err == nil {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+	if err := v.Upload(context.Background(), []byte("global_defs {\n    router_id aa_test_"+filepath.Base(base)+"\n}\n")); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // keepaliveds counts the keepalived instances running conf. The agent
@@ -80,4 +90,33 @@ func keepaliveds(conf string) int {
 		}
 	}
 	return len(groups)
+}
+
+// Under systemd a real keepalived's log records reach the journal through
+// syslog only: none of the log lines of its output file is forwarded,
+// while a line it writes outside its log is, under octavia-keepalived.
+func TestRealKeepalivedOutputReachesTheJournalOnce(t *testing.T) {
+	j := &journalfwdtest.Journal{}
+	v := realVRRP(t, j)
+	if _, err := v.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	logPath := v.Layout().LogPath()
+	out, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(out), "Starting Keepalived") {
+		t.Fatalf("keepalived's output file lacks its log lines: %q", out)
+	}
+	// A line of the kind keepalived writes outside its log; forwarding is
+	// in order, so once it is in, everything before it was looked at.
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("keepalived: not a log record\n")
+	f.Close()
+	j.WaitFor(t, 10*time.Second, "octavia-keepalived", "the line outside the log",
+		func(l []string) bool { return len(l) > 0 })
+	if got := j.Messages(""); len(got) != 1 || got[0] != "keepalived: not a log record" {
+		t.Fatalf("the journal holds %q", got)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
 // VRRPOptions configure the VRRP keepalived.
@@ -73,6 +74,9 @@ func (v *VRRP) Running() bool { return v.k.d.Running() }
 
 // Pid is the supervised keepalived's main pid, 0 when it does not run.
 func (v *VRRP) Pid() int { return v.k.d.Pid() }
+
+// History is keepalived's restart record.
+func (v *VRRP) History() procwatch.History { return v.k.d.History() }
 
 var errNotConfigured = errors.New("no keepalived configuration has been uploaded")
 

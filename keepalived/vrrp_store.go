@@ -59,6 +59,7 @@ func (l VRRPLayout) Files() Files {
 		CheckPid: filepath.Join(l.Dir(), "octavia-keepalived.check.pid"),
 		Log:      l.LogPath(),
 		State:    l.StatePath(),
+		Journal:  []string{"octavia-keepalived", "Keepalived", "Keepalived_vrrp"},
 	}
 }
 

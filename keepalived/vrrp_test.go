@@ -147,7 +147,7 @@ func TestKeepalivedTest(t *testing.T) {
 func TestArgs(t *testing.T) {
 	v := NewVRRP(VRRPOptions{Base: "/var/lib/octavia", Options: Options{LogFacility: 1}})
 	got := strings.Join(v.k.argv, " ")
-	want := "--dont-fork --log-facility=1 -f /var/lib/octavia/vrrp/octavia-keepalived.conf -p /var/lib/octavia/vrrp/octavia-keepalived.pid" +
+	want := "--dont-fork --log-console --log-facility=1 -f /var/lib/octavia/vrrp/octavia-keepalived.conf -p /var/lib/octavia/vrrp/octavia-keepalived.pid" +
 		" -r /var/lib/octavia/vrrp/octavia-keepalived.vrrp.pid -c /var/lib/octavia/vrrp/octavia-keepalived.check.pid"
 	if got != want {
 		t.Fatalf("args:\n%s\nwant\n%s", got, want)

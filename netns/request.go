@@ -163,12 +163,38 @@ func validateVIPs(vip string, r *VIPRequest) ([]vipSpec, error) {
 		if err != nil {
 			return nil, fault.Invalid("Invalid VIP: " + err.Error())
 		}
-		if p.Addr().Is4() != a.Is4() {
+		if !p.Contains(a) {
 			return nil, fault.Invalid(fmt.Sprintf("Invalid VIP: %s is not in subnet %s", v.IPAddress, v.SubnetCIDR))
+		}
+		if err := validateHostRoutes(v.HostRoutes, p); err != nil {
+			return nil, fault.Invalid("Invalid VIP: " + err.Error())
 		}
 		out = append(out, vipSpec{addr: a, subnet: p, gateway: str(v.Gateway), hostRoutes: v.HostRoutes})
 	}
 	return out, nil
+}
+
+// validateHostRoutes checks each route as the kernel will need it: a
+// network without host bits and a next hop address, both of the subnet's
+// family. The error names the field.
+func validateHostRoutes(routes []HostRoute, subnet netip.Prefix) error {
+	for i, hr := range routes {
+		dst, err := parseStrictNetwork(hr.Destination)
+		if err != nil {
+			return fmt.Errorf("host_routes[%d].destination: %v", i, err)
+		}
+		hop, err := parseAddr(hr.Nexthop)
+		if err != nil {
+			return fmt.Errorf("host_routes[%d].nexthop: %v", i, err)
+		}
+		if dst.Addr().Is4() != subnet.Addr().Is4() {
+			return fmt.Errorf("host_routes[%d].destination: %s is not of the family of subnet %s", i, hr.Destination, subnet)
+		}
+		if hop.Is4() != subnet.Addr().Is4() {
+			return fmt.Errorf("host_routes[%d].nexthop: %s is not of the family of subnet %s", i, hr.Nexthop, subnet)
+		}
+	}
+	return nil
 }
 
 // validateVRRP checks vrrp_ip; its prefix length is the primary subnet's.
@@ -180,6 +206,11 @@ func validateVRRP(r *VIPRequest, primary netip.Prefix) (netip.Addr, int, error) 
 	if err != nil {
 		return netip.Addr{}, 0, fault.Invalid("Invalid VRRP Address: " + err.Error())
 	}
+	// It takes the primary subnet's prefix length, so it must be of that
+	// family (an IPv6 address with /24 would be a different network).
+	if a.Is4() != primary.Addr().Is4() {
+		return netip.Addr{}, 0, fault.Invalid(fmt.Sprintf("Invalid VRRP Address: vrrp_ip %s is not of the family of subnet_cidr %s", *r.VRRPIP, primary))
+	}
 	return a, primary.Bits(), nil
 }
 
@@ -187,7 +218,7 @@ func validateVRRP(r *VIPRequest, primary netip.Prefix) (netip.Addr, int, error) 
 // and its subnet.
 func validateFixedIPs(fixed []FixedIP) ([]fixedIPSpec, error) {
 	out := make([]fixedIPSpec, 0, len(fixed))
-	for _, f := range fixed {
+	for i, f := range fixed {
 		a, err := parseAddr(f.IPAddress)
 		if err != nil {
 			return nil, fault.Invalid("Invalid network port")
@@ -195,6 +226,9 @@ func validateFixedIPs(fixed []FixedIP) ([]fixedIPSpec, error) {
 		p, err := parseStrictNetwork(f.SubnetCIDR)
 		if err != nil || p.Addr().Is4() != a.Is4() {
 			return nil, fault.Invalid("Invalid network port")
+		}
+		if err := validateHostRoutes(f.HostRoutes, p); err != nil {
+			return nil, fault.Invalid("Invalid network port", fmt.Sprintf("fixed_ips[%d].%v", i, err))
 		}
 		out = append(out, fixedIPSpec{address: f.IPAddress, addr: a, subnet: p, gateway: str(f.Gateway), hostRoutes: f.HostRoutes})
 	}

@@ -6,8 +6,11 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"syscall"
 
 	"go.uber.org/zap"
 
@@ -86,6 +89,8 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zap.Logger, err err
 		log.Info("request refused", fields...)
 	}
 	switch {
+	case diskFull(err):
+		writeJSON(w, status, diskFullBody(fe, err))
 	case fe.Framework && status == http.StatusInternalServerError:
 		writeFramework(w, status, descInternal)
 	case fe.Framework:
@@ -97,4 +102,59 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zap.Logger, err err
 		}
 		writeJSON(w, status, body)
 	}
+}
+
+// Descriptions of the framework answers for requests that cannot be read,
+// as upstream's framework words them.
+var unreadableDesc = map[int]string{
+	http.StatusBadRequest:                  "The browser (or proxy) sent a request that this server could not understand.",
+	http.StatusRequestHeaderFieldsTooLarge: "One or more header fields exceeds the maximum size.",
+	http.StatusNotImplemented:              "The server does not support the action requested by the browser.",
+	http.StatusExpectationFailed:           "The server could not meet the requirements of the Expect header",
+	http.StatusHTTPVersionNotSupported:     "The server does not support the HTTP protocol version used in the request.",
+}
+
+// UnreadableRequestBody is the Shape B body for an answer net/http writes
+// on its own, before any handler (bad request line, oversized headers):
+// the same JSON the controller gets for every other error. detail is
+// net/http's own reason, when it gave one.
+func UnreadableRequestBody(code int, reason, detail string) []byte {
+	desc := unreadableDesc[code]
+	switch {
+	case detail != "" && desc != "":
+		desc += " (" + detail + ")"
+	case detail != "":
+		desc = detail
+	}
+	if reason == "" {
+		reason = http.StatusText(code)
+	}
+	body, _ := json.Marshal(frameworkError{Error: fmt.Sprintf("%d %s: %s", code, reason, desc), HTTPCode: code})
+	return body
+}
+
+// diskFullText is what every answer to a failure caused by a full disk
+// says, whatever the route, so the operator sees the cause in the
+// controller's log instead of a bare 500.
+const diskFullText = "No space left on device"
+
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// diskFullBody is the Shape A body of a failure caused by a full disk:
+// the failure's own message when it has one, and details that say the
+// disk is full.
+func diskFullBody(fe *fault.Error, err error) message {
+	msg, details := diskFullText, err.Error()
+	if fe.Framework && fe.Cause != nil {
+		details = fe.Cause.Error()
+	}
+	if !fe.Framework && fe.Message != "" {
+		msg, details = fe.Message, fe.Details
+	}
+	if !strings.Contains(strings.ToLower(details), strings.ToLower(diskFullText)) {
+		details = strings.TrimSuffix(diskFullText+": "+details, ": ")
+	}
+	return message{Message: msg, Details: &details}
 }

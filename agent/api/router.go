@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -157,7 +156,10 @@ func (s *server) mutate(h handler) http.Handler {
 			writeError(w, r, s.log, err)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		// The handler gets these very bytes through s.body: no second copy.
+		ctx = context.WithValue(ctx, bodyKey{}, body)
+		r = r.WithContext(ctx)
+		r.Body = http.NoBody
 		err = s.svc.Exclusive(ctx, func(ctx context.Context) error {
 			return h(w, r.WithContext(ctx))
 		})
@@ -173,17 +175,20 @@ func (s *server) mutate(h handler) http.Handler {
 // which the controller retries for minutes instead of reporting the 400.
 const drainLimit = 1 << 30
 
+// bodyKey holds, in a mutation's context, the body read before the lock.
+type bodyKey struct{}
+
 // readBody reads the request body within the request's budget (a read
 // deadline on the connection, so a stalled uploader is cut off).
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	deadline, ok := r.Context().Deadline()
 	if !ok {
-		return s.body(r)
+		return s.readAll(r)
 	}
 	// Not every ResponseWriter supports deadlines (test recorders).
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(deadline)
-	data, err := s.body(r)
+	data, err := s.readAll(r)
 	if err == nil {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
@@ -191,19 +196,60 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	return data, err
 }
 
-// body reads the whole request body as opaque bytes, up to the upload
+// body is the request body a mutation read before taking the lock, or
+// the body read now for a handler run without that wrapper.
+func (s *server) body(r *http.Request) ([]byte, error) {
+	if data, ok := r.Context().Value(bodyKey{}).([]byte); ok {
+		return data, nil
+	}
+	return s.readAll(r)
+}
+
+// readAll reads the whole request body as opaque bytes, up to the upload
 // limit. Content-Type and encoding are ignored, as upstream does. Too
 // large is a 400, not a 413: the controller counts a 413 as success.
-func (s *server) body(r *http.Request) ([]byte, error) {
+//
+// With a Content-Length (the controller always sends one) the body lands
+// in one buffer of exactly its size, so an upload costs its own size in
+// memory once, not the 2x of a buffer grown by doubling.
+func (s *server) readAll(r *http.Request) ([]byte, error) {
 	limit := s.opts.UploadLimit()
-	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, fault.Invalid("Invalid request body", err.Error())
+	tooLarge := fault.Invalid("Request body too large",
+		fmt.Sprintf("the request body exceeds the limit of %d bytes", limit))
+	if r.ContentLength > limit {
+		// drainBody reads the body, so the client gets this answer.
+		return nil, tooLarge
 	}
-	if int64(len(data)) > limit {
-		// drainBody reads the rest, so the client gets this answer.
-		return nil, fault.Invalid("Request body too large",
-			fmt.Sprintf("the request body exceeds the limit of %d bytes", limit))
+	if r.ContentLength >= 0 {
+		data := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, data); err != nil {
+			return nil, fault.Invalid("Invalid request body", err.Error())
+		}
+		return data, nil
+	}
+	// Without a length: blocks (growing to 1 MiB), joined once at the end,
+	// so the body costs at most twice its size while it is read.
+	var blocks [][]byte
+	total, size := int64(0), 4<<10
+	body := io.LimitReader(r.Body, limit+1)
+	for {
+		blk := make([]byte, size)
+		n, err := io.ReadFull(body, blk)
+		blocks, total = append(blocks, blk[:n]), total+int64(n)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return nil, fault.Invalid("Invalid request body", err.Error())
+		}
+		size = min(2*size, 1<<20)
+	}
+	if total > limit {
+		return nil, tooLarge
+	}
+	data := make([]byte, 0, total)
+	for _, b := range blocks {
+		data = append(data, b...)
 	}
 	return data, nil
 }

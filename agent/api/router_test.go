@@ -3,11 +3,14 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,6 +245,15 @@ func TestErrorShapes(t *testing.T) {
 		{"untyped error", errors.New("boom"), 500, internalBody},
 		{"framework 500", fault.Internalf("reading: %w", errors.New("x")), 500, internalBody},
 		{"html-like text not escaped", fault.Invalid("a<b>&c"), 400, `{"message":"a<b>&c"}`},
+		// A full disk is named whatever the error's shape.
+		{"disk full, framework 500", fault.Internalf("writing x: %w", &os.PathError{Op: "write", Path: "/v/x", Err: syscall.ENOSPC}), 500,
+			`{"message":"No space left on device","details":"writing x: write /v/x: no space left on device"}`},
+		{"disk full, untyped", fmt.Errorf("recording: %w", syscall.EDQUOT), 500,
+			`{"message":"No space left on device","details":"No space left on device: recording: disk quota exceeded"}`},
+		{"disk full, own message", fault.Internal("Unable to update amphora-agent configuration.", "", syscall.ENOSPC), 500,
+			`{"message":"Unable to update amphora-agent configuration.","details":"No space left on device"}`},
+		{"disk full, details say so", fault.Internal("Error stopping haproxy", "open x: no space left on device", syscall.ENOSPC), 500,
+			`{"message":"Error stopping haproxy","details":"open x: no space left on device"}`},
 	}
 	for _, c := range cases {
 		f := newFake()

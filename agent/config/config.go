@@ -86,6 +86,8 @@ type Config struct {
 	PCIRescanFile         string // pci_rescan_file
 	LVSMasqueradeScript   string // lvs_masquerade_script
 	KeepalivedCmd         string // keepalived_cmd
+	PrometheusProxy       string // prometheus_proxy_address (127.0.0.1:9102), in the namespace
+	PrometheusExporter    string // prometheus_exporter_address (127.0.0.1:9101), in the namespace
 
 	// [haproxy_amphora]
 	BasePath        string        // base_path
@@ -136,6 +138,8 @@ func defaults() *Config {
 		PCIRescanFile:             defaultPCIRescan,
 		LVSMasqueradeScript:       defaultLVSMasquerade,
 		KeepalivedCmd:             defaultKeepalivedCmd,
+		PrometheusProxy:           defaultPrometheusProxy,
+		PrometheusExporter:        defaultPrometheusExporter,
 
 		BasePath:        defaultBasePath,
 		BaseCertDir:     defaultBaseCertDir,
@@ -406,6 +410,8 @@ func (l *loader) fill() *Config {
 	read(l, fatal, secAgent, "pci_rescan_file", &c.PCIRescanFile, parsePath)
 	read(l, fatal, secAgent, "lvs_masquerade_script", &c.LVSMasqueradeScript, parsePath)
 	read(l, fatal, secAgent, "keepalived_cmd", &c.KeepalivedCmd, parsePath)
+	read(l, fatal, secAgent, "prometheus_proxy_address", &c.PrometheusProxy, parseIPPort)
+	read(l, fatal, secAgent, "prometheus_exporter_address", &c.PrometheusExporter, parseIPPort)
 
 	read(l, fatal, secHAProxy, "base_path", &c.BasePath, parsePath)
 	read(l, fatal, secHAProxy, "base_cert_dir", &c.BaseCertDir, parsePath)
@@ -579,6 +585,16 @@ func parseIP(s string) (string, error) {
 		return "", errors.New("must be an IPv4 or IPv6 address")
 	}
 	return s, nil
+}
+
+// parseIPPort takes an IP literal and a port, "127.0.0.1:9102" or
+// "[::1]:9102".
+func parseIPPort(s string) (string, error) {
+	ap, err := netip.ParseAddrPort(strings.TrimSpace(s))
+	if err != nil || ap.Port() == 0 {
+		return "", errors.New("must be an IP address and a port, such as 127.0.0.1:9102")
+	}
+	return ap.String(), nil
 }
 
 func parseTLSProtocol(s string) (string, error) {

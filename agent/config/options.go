@@ -38,6 +38,8 @@ const (
 	defaultPCIRescan          = "/sys/bus/pci/rescan"
 	defaultLVSMasquerade      = "/usr/local/bin/lvs-masquerade.sh"
 	defaultKeepalivedCmd      = "/usr/sbin/keepalived"
+	defaultPrometheusProxy    = "127.0.0.1:9102"
+	defaultPrometheusExporter = "127.0.0.1:9101"
 	defaultBasePath           = "/var/lib/octavia"
 	defaultBaseCertDir        = "/var/lib/octavia/certs"
 	defaultBindHost           = "::"
@@ -77,6 +79,8 @@ func Options() []Option {
 		{secAgent, "pci_rescan_file", defaultPCIRescan, "Agent extension: sysfs file that triggers a PCI rescan when a port is plugged.", false},
 		{secAgent, "lvs_masquerade_script", defaultLVSMasquerade, "Agent extension: up/down script named by interface files for LVS masquerading.", false},
 		{secAgent, "keepalived_cmd", defaultKeepalivedCmd, "Agent extension: keepalived binary.", false},
+		{secAgent, "prometheus_proxy_address", defaultPrometheusProxy, "Agent extension: where, inside the namespace, the agent serves the Octavia metrics of PROMETHEUS listeners.", false},
+		{secAgent, "prometheus_exporter_address", defaultPrometheusExporter, "Agent extension: where, inside the namespace, the agent reads HAProxy's Prometheus exporter.", false},
 
 		{secHAProxy, "base_path", defaultBasePath, "Root directory of the load balancers' state.", false},
 		{secHAProxy, "base_cert_dir", defaultBaseCertDir, "Directory of the listeners' certificates.", false},

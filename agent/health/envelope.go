@@ -9,8 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"unicode/utf8"
+
+	kzlib "github.com/klauspost/compress/zlib"
 )
 
 // MaxDatagram is the largest UDP payload IPv4 can carry; a bigger heartbeat
@@ -24,29 +27,41 @@ const (
 	rawTagLen = sha256.Size
 )
 
-// Encoder wraps messages, reusing its compressor between heartbeats.
+// ZlibLevel is the compression level of klauspost/compress's zlib writer
+// the agent uses. The receiver accepts any zlib stream; upstream sends
+// Python's zlib at level 9. At level 1 a datagram still carries more
+// members than upstream's (make bench prints both: about 3,050 against
+// 2,850 with random UUIDs) for a fraction of the CPU: with 2,500 members,
+// about 1.5 ms instead of 7-10 ms for the standard library at level 9
+// (levels 2 and 3 compress under 1% better and cost a little more).
+const ZlibLevel = 1
+
+// Encoder wraps messages, reusing its buffers and compressor between
+// heartbeats.
 type Encoder struct {
-	zw  *zlib.Writer
+	zw  *kzlib.Writer
 	buf bytes.Buffer
+	doc []byte
+	sc  jsonScratch
+	mac hash.Hash
+	key string
+	sum []byte
 }
 
-// Encode serializes msg to JSON and wraps it (see Wrap). The returned slice
-// is valid until the next call.
+// Encode serializes msg to JSON (as encoding/json would) and wraps it (see
+// Wrap). The returned slice is valid until the next call.
 func (e *Encoder) Encode(msg Message, key string) ([]byte, error) {
-	doc, err := json.Marshal(msg)
-	if err != nil {
-		return nil, err
-	}
-	return e.Wrap(doc, key)
+	e.doc = appendMessage(e.doc[:0], msg, &e.sc)
+	return e.Wrap(e.doc, key)
 }
 
-// Wrap builds the datagram: zlib (level 9) of doc, then the 64 lowercase
-// hex characters of HMAC-SHA256 over the compressed bytes with the UTF-8
-// key. The returned slice is valid until the next call.
+// Wrap builds the datagram: zlib of doc, then the 64 lowercase hex
+// characters of HMAC-SHA256 over the compressed bytes with the UTF-8 key.
+// The returned slice is valid until the next call.
 func (e *Encoder) Wrap(doc []byte, key string) ([]byte, error) {
 	e.buf.Reset()
 	if e.zw == nil {
-		zw, err := zlib.NewWriterLevel(&e.buf, zlib.BestCompression)
+		zw, err := kzlib.NewWriterLevel(&e.buf, ZlibLevel)
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +78,13 @@ func (e *Encoder) Wrap(doc []byte, key string) ([]byte, error) {
 	n := e.buf.Len()
 	e.buf.Grow(hexTagLen)
 	out := e.buf.Bytes()[:n+hexTagLen]
-	hex.Encode(out[n:], sign(key, out[:n]))
+	if e.mac == nil || e.key != key {
+		e.mac, e.key = hmac.New(sha256.New, []byte(key)), key
+	}
+	e.mac.Reset()
+	e.mac.Write(out[:n])
+	e.sum = e.mac.Sum(e.sum[:0])
+	hex.Encode(out[n:], e.sum)
 	return out, nil
 }
 

@@ -1,6 +1,9 @@
 package health
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // limiterKeys bounds the keys a limiter holds: some keys carry error text,
 // and without a bound every distinct error would stay for the life of the
@@ -8,9 +11,11 @@ import "time"
 const limiterKeys = 64
 
 // limiter lets a repeated log line through at most once per period per key
-// and counts what it held back.
+// and counts what it held back. It is safe for concurrent use (LBs are
+// read concurrently).
 type limiter struct {
 	every time.Duration
+	mu    sync.Mutex
 	keys  map[string]*limited
 }
 
@@ -22,6 +27,8 @@ type limited struct {
 }
 
 func (l *limiter) allow(key string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	e := l.keys[key]
 	if e == nil {
 		if l.keys == nil {
@@ -42,6 +49,8 @@ func (l *limiter) allow(key string, now time.Time) (bool, int) {
 }
 
 func (l *limiter) reset(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	delete(l.keys, key)
 }
 

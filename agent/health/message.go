@@ -6,6 +6,8 @@ package health
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
@@ -127,40 +129,67 @@ func excluded(pxname string) bool { return strings.Contains(pxname, "prometheus"
 // counter fails the whole reading: guessing would corrupt the deltas.
 func FromRows(rows []stats.Row) (Reading, error) {
 	var r Reading
+	if len(rows) == 0 {
+		return r, nil
+	}
+	// Every row of one answer shares its header: find the columns once and
+	// split each row once, up to the last column needed.
+	var col [nCols]int
+	last := 0
+	for i, name := range colNames {
+		col[i] = rows[0].Column(name)
+		last = max(last, col[i])
+	}
 	pools := map[string]int{} // backend name → index in r.Pools
 	hasBackendRow := map[string]bool{}
+	var buf [32]string
+	lastPool := -1
 	for _, row := range rows {
-		px := row.PxName()
+		f := row.Fields(buf[:0], last+1)
+		get := func(c int) string {
+			if i := col[c]; i >= 0 && i < len(f) {
+				return f[i]
+			}
+			return ""
+		}
+		px := get(cPx)
 		if excluded(px) {
 			continue
 		}
-		switch sv := row.SvName(); sv {
+		switch sv := get(cSv); sv {
 		case stats.Frontend:
-			l := ListenerReading{ID: px, Status: row.Status()}
-			var err error
-			for _, c := range []struct {
-				col string
+			l := ListenerReading{ID: px, Status: get(cStatus)}
+			for _, c := range [...]struct {
+				col int
 				dst *uint64
-			}{{stats.ColBin, &l.Bin}, {stats.ColBout, &l.Bout}, {stats.ColScur, &l.Scur}, {stats.ColStot, &l.Stot}, {stats.ColEreq, &l.Ereq}} {
-				if *c.dst, err = row.Uint(c.col); err != nil {
-					return Reading{}, err
+			}{{cBin, &l.Bin}, {cBout, &l.Bout}, {cScur, &l.Scur}, {cStot, &l.Stot}, {cEreq, &l.Ereq}} {
+				v := get(c.col)
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					return Reading{}, fmt.Errorf("%s %s: column %s = %q is not a counter", px, sv, colNames[c.col], v)
 				}
+				*c.dst = n
 			}
 			r.Listeners = append(r.Listeners, l)
 		default:
-			i, ok := pools[px]
-			if !ok {
-				i = len(r.Pools)
-				pools[px] = i
-				r.Pools = append(r.Pools, PoolReading{Key: px})
+			// A backend's rows come together: most rows need no lookup.
+			i := lastPool
+			if i < 0 || r.Pools[i].Key != px {
+				var ok bool
+				if i, ok = pools[px]; !ok {
+					i = len(r.Pools)
+					pools[px] = i
+					r.Pools = append(r.Pools, PoolReading{Key: px})
+				}
+				lastPool = i
 			}
 			if sv == stats.Backend {
-				r.Pools[i].Status = row.Status()
+				r.Pools[i].Status = get(cStatus)
 				hasBackendRow[px] = true
 				continue
 			}
-			status := row.Status()
-			if status == StatusUp && row.Get(stats.ColWeight) == "0" {
+			status := get(cStatus)
+			if status == StatusUp && get(cWeight) == "0" {
 				status = StatusDrain
 			}
 			r.Pools[i].Members = append(r.Pools[i].Members, MemberReading{ID: sv, Status: status})
@@ -177,6 +206,23 @@ func FromRows(rows []stats.Row) (Reading, error) {
 	r.Pools = kept
 	return r, nil
 }
+
+// The columns FromRows reads, by position in colNames.
+const (
+	cPx = iota
+	cSv
+	cStatus
+	cWeight
+	cBin
+	cBout
+	cScur
+	cStot
+	cEreq
+	nCols
+)
+
+var colNames = [nCols]string{stats.ColPxName, stats.ColSvName, stats.ColStatus, stats.ColWeight,
+	stats.ColBin, stats.ColBout, stats.ColScur, stats.ColStot, stats.ColEreq}
 
 // counts sums what a message carries, for log lines.
 type counts struct {

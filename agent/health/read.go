@@ -2,11 +2,14 @@ package health
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
@@ -20,6 +23,9 @@ const (
 	// before it counts as stopped: a reloading master unlinks or truncates
 	// its pid file and writes it again.
 	stopConfirm = 250 * time.Millisecond
+	// maxReadWait bounds how long a cycle waits for stats reads (see
+	// readDeadline); a healthy HAProxy answers in milliseconds.
+	maxReadWait = 2 * time.Second
 )
 
 // Forget drops the cached reading of lb so that it can never stand in for
@@ -30,11 +36,113 @@ func (s *Sender) Forget(lb string) {
 	s.cacheMu.Unlock()
 }
 
+// readAll reads every LB's stats concurrently and returns the readings in
+// the order of lbs and how many LBs they cover. It waits at most until the
+// read deadline: a reader still busy then (a stopped or wedged HAProxy) is
+// cancelled and its LB handled as a failed read, so that no one HAProxy
+// delays the heartbeat.
+func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) ([]Reading, int) {
+	limit := s.readDeadline
+	if limit <= 0 {
+		limit = readDeadline(interval(cfg))
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	type result struct {
+		r          Reading
+		ok, done   bool
+		noDecision bool // the reader was cut short and decided nothing
+	}
+	var mu sync.Mutex
+	results := make([]result, len(lbs))
+	late := false
+	var wg sync.WaitGroup
+	for i, lb := range lbs {
+		if !s.startRead(lb) {
+			continue // an earlier reader of this LB has not returned yet
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.endRead(lb)
+			r, ok, decided := s.readRunning(rctx, lb)
+			mu.Lock()
+			defer mu.Unlock()
+			if !late {
+				results[i] = result{r: r, ok: ok, done: true, noDecision: !decided}
+			}
+		}()
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-rctx.Done():
+	}
+	mu.Lock()
+	late = true
+	mu.Unlock()
+	var readings []Reading
+	for i, lb := range lbs {
+		res := results[i]
+		if !res.done || res.noDecision {
+			if ok, n := s.limit.allow("late:"+lb, time.Now()); ok {
+				s.log.Warn("HAProxy stats not read in time; the heartbeat goes without waiting for them",
+					zap.String("lb", lb), zap.Duration("deadline", limit), zap.Int("suppressed_since_last_log", n))
+			}
+			res.r, res.ok = s.standIn(lb, errors.New("stats read did not finish in time"))
+		}
+		if res.ok {
+			readings = append(readings, res.r)
+		}
+	}
+	return readings, len(readings)
+}
+
+// readDeadline is how long a cycle waits for the stats reads: well inside
+// the interval, and never more than maxReadWait.
+func readDeadline(every time.Duration) time.Duration { return min(every/2, maxReadWait) }
+
+// startRead marks lb as being read; false when it already is.
+func (s *Sender) startRead(lb string) bool {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.reading[lb] {
+		return false
+	}
+	s.reading[lb] = true
+	return true
+}
+
+func (s *Sender) endRead(lb string) {
+	s.cacheMu.Lock()
+	delete(s.reading, lb)
+	s.cacheMu.Unlock()
+}
+
+// readRunning reads one LB that is listed, unless it is stopped. decided
+// is false when ctx ended before the outcome was known; nothing was
+// changed then.
+func (s *Sender) readRunning(ctx context.Context, lb string) (r Reading, ok, decided bool) {
+	if !s.haproxy.Running(lb) {
+		if !s.seen(lb) {
+			s.Forget(lb)
+			return Reading{}, false, true
+		}
+		if stopped, decided := s.stoppedNow(ctx, lb); stopped || !decided {
+			return Reading{}, false, decided
+		}
+		s.log.Debug("pid file unreadable for a moment (reload); the load balancer still runs", zap.String("lb", lb))
+	}
+	return s.readLB(ctx, lb)
+}
+
 // readLB reads one LB's stats. A read that fails fast is retried briefly
 // (a reload replaces the process behind the socket). If it still fails,
 // the last good reading stands in once, provided the LB still runs; a
-// second failure in a row leaves the LB out.
-func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool) {
+// second failure in a row leaves the LB out. decided is false when ctx
+// ended first.
+func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 	start := time.Now()
 	pause := firstRetryPause
 	var err error
@@ -51,13 +159,14 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool) {
 						zap.String("lb", lb), zap.Strings("backends", r.Skipped), zap.Int("suppressed_since_last_log", n))
 				}
 				s.limit.reset("unavailable:" + lb)
+				s.limit.reset("late:" + lb)
 				if attempt > 1 {
 					s.log.Debug("stats read succeeded after retrying", zap.String("lb", lb), zap.Int("attempts", attempt))
 				}
 				s.cacheMu.Lock()
 				s.cache[lb] = &cached{reading: r, spare: true}
 				s.cacheMu.Unlock()
-				return r, true
+				return r, true, true
 			}
 		}
 		if stats.Timeout(err) || ctx.Err() != nil || time.Since(start)+pause > s.retryBudget {
@@ -68,10 +177,29 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool) {
 		}
 		pause *= 2
 	}
-	if s.stopped(ctx, lb) {
-		s.Forget(lb)
-		return Reading{}, false
+	if stopped, decided := s.stoppedNow(ctx, lb); stopped || !decided {
+		return Reading{}, false, decided
 	}
+	r, ok := s.standIn(lb, err)
+	return r, ok, true
+}
+
+// stoppedNow is stopped, forgetting lb when it stopped; decided is false
+// when ctx ended before it could tell.
+func (s *Sender) stoppedNow(ctx context.Context, lb string) (stopped, decided bool) {
+	stopped = s.stopped(ctx, lb)
+	if ctx.Err() != nil {
+		return false, false
+	}
+	if stopped {
+		s.Forget(lb)
+	}
+	return stopped, true
+}
+
+// standIn returns lb's last good reading if it may still stand in (once
+// after a good read), and logs why lb's stats are missing.
+func (s *Sender) standIn(lb string, err error) (Reading, bool) {
 	s.cacheMu.Lock()
 	c := s.cache[lb]
 	var r Reading

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
@@ -252,5 +253,63 @@ func TestReadFallbackOnce(t *testing.T) {
 	s.Cycle(ctx)
 	if n := listeners(); n != 0 {
 		t.Fatalf("forgotten LB reported with %d listeners", n)
+	}
+}
+
+// Heartbeats leave on time whatever one HAProxy does (issue 11 item 9):
+// with a stats socket that accepts and never answers, and the socket
+// timeout at its 5 s default, the cycle waits only for the read deadline
+// (half the 1 s interval) and the datagram carries the LBs that answered;
+// the wedged LB's last good reading stands in once.
+func TestWedgedStatsSocketDoesNotDelayHeartbeat(t *testing.T) {
+	base := haproxytest.ShortDir(t)
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	self := os.Getpid()
+	makeLB(t, base, "lb-a-good", self)
+	statsServer(t, filepath.Join(base, "lb-a-good.sock"), func() string { return frontendCSV("good-listener") }, false)
+	makeLB(t, base, "lb-b-wedged", self)
+	var wedged sync.Mutex
+	hang := false
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	wedgedPath := filepath.Join(base, "lb-b-wedged.sock")
+	statsServer(t, wedgedPath, func() string {
+		wedged.Lock()
+		defer wedged.Unlock()
+		if hang {
+			<-stop // never answers while the test runs
+			return ""
+		}
+		return frontendCSV("wedged-listener")
+	}, false)
+	makeLB(t, base, "lb-c-good", self)
+	statsServer(t, filepath.Join(base, "lb-c-good.sock"), func() string { return frontendCSV("other-listener") }, false)
+
+	cfg := withConfig(testConfig(base, hm.dest()), func(c *config.Config) { c.HeartbeatInterval = time.Second })
+	s := newSender(t, cfg, nil, LayoutSource{Layout: haproxy.Layout{Base: base}})
+	s.Cycle(context.Background())
+	if m := hm.next(time.Second, testKey); len(m.Listeners) != 3 {
+		t.Fatalf("first heartbeat: listeners %v, want all three", m.Listeners)
+	}
+	wedged.Lock()
+	hang = true
+	wedged.Unlock()
+	for round := range 2 {
+		start := time.Now()
+		s.Cycle(context.Background())
+		took := time.Since(start)
+		m := hm.next(time.Second, testKey)
+		if _, ok := m.Listeners["good-listener"]; !ok || m.Listeners["other-listener"].Status != "OPEN" {
+			t.Fatalf("round %d: listeners %v: the answering LBs are missing", round, m.Listeners)
+		}
+		_, stoodIn := m.Listeners["wedged-listener"]
+		if stoodIn != (round == 0) {
+			t.Errorf("round %d: wedged LB's last reading present = %v; it stands in exactly once", round, stoodIn)
+		}
+		// The deadline is 500 ms; the socket's own timeout is 5 s.
+		if took > 2*time.Second {
+			t.Fatalf("round %d: the cycle took %v with a wedged stats socket", round, took)
+		}
+		t.Logf("round %d: cycle with a wedged stats socket took %v", round, took.Round(time.Millisecond))
 	}
 }

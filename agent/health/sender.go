@@ -33,6 +33,9 @@ type Options struct {
 	// ReadRetryBudget bounds the retries of one LB's stats read
 	// (DefaultReadRetryBudget when zero).
 	ReadRetryBudget time.Duration
+	// ReadDeadline bounds how long a cycle waits for the stats of all LBs,
+	// read concurrently (half the interval, at most 2 s, when zero).
+	ReadDeadline time.Duration
 	// Sent, when set, is called after each datagram is handed to the
 	// kernel (tests and metrics); datagram is only valid during the call.
 	Sent func(dest string, datagram []byte)
@@ -41,12 +44,13 @@ type Options struct {
 // Sender is the heartbeat loop. Run it once; SetConfig and Forget may be
 // called from any goroutine.
 type Sender struct {
-	log         *zap.Logger
-	haproxy     HAProxySource
-	lvs         LVSSource
-	base        string
-	retryBudget time.Duration
-	sent        func(string, []byte)
+	log          *zap.Logger
+	haproxy      HAProxySource
+	lvs          LVSSource
+	base         string
+	retryBudget  time.Duration
+	readDeadline time.Duration
+	sent         func(string, []byte)
 
 	cfg     atomic.Pointer[config.Config]
 	changed chan struct{}
@@ -66,23 +70,29 @@ type Sender struct {
 	gated    bool
 	resolver *net.Resolver
 
+	// state is what status shows.
+	state stateRecord
+
 	cacheMu sync.Mutex
 	cache   map[string]*cached // per LB seen running: its last good reading
+	reading map[string]bool    // LBs whose stats read is under way
 }
 
 // New prepares a sender; Run starts it.
 func New(o Options) *Sender {
 	s := &Sender{
-		log:         o.Log,
-		haproxy:     o.HAProxy,
-		lvs:         o.LVS,
-		base:        o.Config.BasePath,
-		retryBudget: o.ReadRetryBudget,
-		sent:        o.Sent,
-		changed:     make(chan struct{}, 1),
-		limit:       limiter{every: logEvery},
-		cache:       map[string]*cached{},
-		resolver:    net.DefaultResolver,
+		log:          o.Log,
+		haproxy:      o.HAProxy,
+		lvs:          o.LVS,
+		base:         o.Config.BasePath,
+		retryBudget:  o.ReadRetryBudget,
+		readDeadline: o.ReadDeadline,
+		reading:      map[string]bool{},
+		sent:         o.Sent,
+		changed:      make(chan struct{}, 1),
+		limit:        limiter{every: logEvery},
+		cache:        map[string]*cached{},
+		resolver:     net.DefaultResolver,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -174,6 +184,7 @@ func (s *Sender) Cycle(ctx context.Context) {
 	cfg := s.cfg.Load()
 	now := time.Now()
 	if reason := keepalivedGate(s.base); reason != "" {
+		s.state.withheld(reason)
 		s.gated = true
 		if ok, n := s.limit.allow("gate", now); ok {
 			s.log.Error("no heartbeat sent: "+reason+"; the controller will fail this amphora over",
@@ -187,6 +198,7 @@ func (s *Sender) Cycle(ctx context.Context) {
 		s.log.Info("keepalived is running again; heartbeats resume")
 	}
 	if cfg.AmphoraID == "" {
+		s.state.withheld("[amphora_agent] amphora_id is not set")
 		if ok, n := s.limit.allow("id", now); ok {
 			s.log.Error("no heartbeat sent: [amphora_agent] amphora_id is not set", zap.Int("suppressed_since_last_log", n))
 		}
@@ -194,6 +206,7 @@ func (s *Sender) Cycle(ctx context.Context) {
 	}
 
 	msg, c := s.build(ctx, cfg)
+	s.state.update(func(st *State) { st.Suppressed, st.Seq = "", msg.Seq })
 	if err := s.builder.Counters().Save(CountersPath(s.base)); err != nil {
 		if ok, n := s.limit.allow("counters", now); ok {
 			s.log.Warn("cannot persist heartbeat counters", zap.Error(err), zap.Int("suppressed_since_last_log", n))
@@ -217,28 +230,12 @@ func (s *Sender) Cycle(ctx context.Context) {
 // build reads every running LB and the LVS listeners and assembles the
 // message (health-and-config §2.7).
 func (s *Sender) build(ctx context.Context, cfg *config.Config) (Message, counts) {
-	var readings []Reading
 	lbs, err := s.haproxy.LoadBalancers()
 	if err != nil {
 		s.log.Error("cannot list load balancers", zap.Error(err))
 	}
 	s.pruneCache(lbs)
-	reported := 0
-	for _, lb := range lbs {
-		if !s.haproxy.Running(lb) {
-			if !s.seen(lb) || s.stopped(ctx, lb) {
-				s.Forget(lb)
-				continue
-			}
-			s.log.Debug("pid file unreadable for a moment (reload); the load balancer still runs", zap.String("lb", lb))
-		}
-		r, ok := s.readLB(ctx, lb)
-		if !ok {
-			continue
-		}
-		reported++
-		readings = append(readings, r)
-	}
+	readings, reported := s.readAll(ctx, lbs, cfg)
 	lvs, err := s.lvs.LVS(ctx)
 	if err != nil {
 		if ok, n := s.limit.allow("lvs:"+err.Error(), time.Now()); ok {

@@ -26,11 +26,11 @@ const testKey = "insecure"
 
 // receiver is a health manager's socket on loopback.
 type receiver struct {
-	t    *testing.T
+	t    testing.TB
 	conn *net.UDPConn
 }
 
-func listen(t *testing.T, network, addr string) *receiver {
+func listen(t testing.TB, network, addr string) *receiver {
 	t.Helper()
 	ua, err := net.ResolveUDPAddr(network, addr)
 	if err != nil {

@@ -26,6 +26,7 @@ func (s *Sender) send(ctx context.Context, cfg *config.Config, data []byte, fiel
 	}
 	now := time.Now()
 	if len(s.dests) == 0 {
+		s.state.failed("not sent: no destination (controller_ip_port_list is empty)")
 		if ok, n := s.limit.allow("nodest", now); ok {
 			s.log.Error("no heartbeat destination: [health_manager] controller_ip_port_list is empty",
 				zap.Int("suppressed_since_last_log", n))
@@ -37,6 +38,7 @@ func (s *Sender) send(ctx context.Context, cfg *config.Config, data []byte, fiel
 		s.next = (s.next + 1) % len(s.dests)
 		addr, err := s.resolve(ctx, dest)
 		if err != nil {
+			s.state.failed("not sent: cannot resolve " + dest + ": " + err.Error())
 			if ok, n := s.limit.allow("resolve:"+dest, now); ok {
 				s.log.Error("cannot resolve heartbeat destination", zap.String("destination", dest),
 					zap.Error(err), zap.Int("suppressed_since_last_log", n))
@@ -44,6 +46,7 @@ func (s *Sender) send(ctx context.Context, cfg *config.Config, data []byte, fiel
 			continue
 		}
 		if err := s.write(addr, data); err != nil {
+			s.state.failed("not sent to " + dest + ": " + err.Error())
 			if ok, n := s.limit.allow("send:"+dest, now); ok {
 				s.log.Warn("heartbeat not sent", append([]zap.Field{zap.String("destination", dest),
 					zap.Stringer("address", addr), zap.Error(err), zap.Int("suppressed_since_last_log", n)}, fields...)...)
@@ -51,6 +54,7 @@ func (s *Sender) send(ctx context.Context, cfg *config.Config, data []byte, fiel
 			return
 		}
 		s.limit.reset("send:" + dest)
+		s.state.update(func(st *State) { st.LastSendAt, st.Destination, st.LastResult = time.Now(), dest, "sent" })
 		s.log.Debug("heartbeat sent", append([]zap.Field{zap.String("destination", dest), zap.Stringer("address", addr)}, fields...)...)
 		if s.sent != nil {
 			s.sent(dest, data)

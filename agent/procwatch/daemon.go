@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 )
 
@@ -33,10 +35,12 @@ const (
 	DefaultMaxLog = 4 << 20
 	// MaxOutput bounds the output a failure reports.
 	MaxOutput = 16 << 10
-	// logCheckEvery is how often a running daemon's output file is held
-	// to MaxLog.
+	// logCheckEvery is how often a daemon's output file is held to
+	// MaxLog.
 	logCheckEvery = 10 * time.Second
-	killWait      = 3 * time.Second
+	// forwardEvery is how often new output goes to the journal.
+	forwardEvery = time.Second
+	killWait     = 3 * time.Second
 )
 
 // Spec is what one daemon kind contributes: how to build and launch its
@@ -54,11 +58,17 @@ type Spec struct {
 	// namespace); nil is cmd.Start.
 	Launch func(cmd *exec.Cmd) error
 
-	// PidPath is the pid file the daemon writes; adoption reads it.
+	// PidPath is the pid file the daemon writes; adoption reads it. A
+	// start counts as done only once it names the new process.
 	PidPath string
 	// LogPath receives the daemon's stdout and stderr. A file, not a pipe,
 	// so the daemon outlives the agent without dying of SIGPIPE.
 	LogPath string
+	// Journal, when its Sink is set, sends each new line of LogPath to
+	// the journal: the daemon keeps writing the file (which failures
+	// quote), and the agent forwards from where it is now, across its own
+	// restarts, without touching the daemon.
+	Journal journalfwd.Options
 	// StatePath keeps the desired state ({"running": bool}, other keys
 	// preserved) across agent restarts and reboots.
 	StatePath string
@@ -74,8 +84,12 @@ type Spec struct {
 	// Adoptable, when set, is a further check that a process left by an
 	// earlier agent is in working order (HAProxy's master socket answers).
 	Adoptable func(ctx context.Context, pid int) bool
-	// Ready reports whether a just started process is ready; it is polled.
+	// Ready reports whether a just started process is ready beyond its pid
+	// file naming it (nil: that is enough); it is polled.
 	Ready func(ctx context.Context, p *Process) bool
+	// Room reports whether a small file can be written in dir, the pid
+	// file's folder; nil writes and syncs a probe file there.
+	Room func(dir string) error
 
 	// OnDeath runs under the lock when the process ended unexpectedly and
 	// is about to be started again.
@@ -98,6 +112,12 @@ func (s *Spec) defaults() {
 	}
 	if s.ProcDir == "" {
 		s.ProcDir = "/proc"
+	}
+	if s.Ready == nil {
+		s.Ready = func(context.Context, *Process) bool { return true }
+	}
+	if s.Room == nil {
+		s.Room = probeRoom
 	}
 	if s.Backoff == (Backoff{}) {
 		s.Backoff = DefaultBackoff
@@ -131,6 +151,14 @@ func (s *Spec) defaults() {
 type Daemon struct {
 	spec Spec
 	done <-chan struct{}
+	// gone is closed when supervision ends for good (RemoveLocked).
+	gone chan struct{}
+	// fwMu guards fw, the journal forwarder of the output file (nil
+	// without a journal).
+	fwMu sync.Mutex
+	fw   *journalfwd.Follower
+	// kept is closed when the keeper of the output file has stopped.
+	kept chan struct{}
 
 	mu       sync.Mutex
 	proc     *Process
@@ -138,7 +166,10 @@ type Daemon struct {
 	removed  bool
 	retrying bool
 	respawns Respawns
-	history  History
+	// histMu guards history on its own, so that reading it never waits
+	// for a start or reload holding mu.
+	histMu  sync.Mutex
+	history History
 }
 
 // History is what an operator wants to know about a daemon's past.
@@ -149,10 +180,16 @@ type History struct {
 }
 
 // NewDaemon supervises spec's daemon until done is closed. It starts
-// nothing: call StartLocked or RestoreLocked.
+// no process (call StartLocked or RestoreLocked), only the keeper of its
+// output file.
 func NewDaemon(spec Spec, done <-chan struct{}) *Daemon {
 	spec.defaults()
-	return &Daemon{spec: spec, done: done}
+	d := &Daemon{spec: spec, done: done, gone: make(chan struct{}), kept: make(chan struct{})}
+	if spec.Journal.Sink != nil {
+		d.fw = journalfwd.New(spec.LogPath, spec.Journal)
+	}
+	go d.keepLog()
+	return d
 }
 
 func (d *Daemon) Lock()   { d.mu.Lock() }
@@ -177,8 +214,8 @@ func (d *Daemon) Pid() int {
 
 // History returns the daemon's restart record.
 func (d *Daemon) History() History {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.histMu.Lock()
+	defer d.histMu.Unlock()
 	return d.history
 }
 
@@ -196,7 +233,13 @@ func (d *Daemon) DesiredLocked() bool { return d.desired }
 // ReadDesired returns the recorded desired state; recorded is false when
 // nothing was recorded yet.
 func (d *Daemon) ReadDesired() (running, recorded bool, err error) {
-	rec, err := readRecord(d.spec.StatePath)
+	return ReadDesired(d.spec.StatePath)
+}
+
+// ReadDesired reads a desired-state record (a Spec's StatePath) without a
+// Daemon, for a reader that must not supervise anything (status).
+func ReadDesired(path string) (running, recorded bool, err error) {
+	rec, err := readRecord(path)
 	if err != nil {
 		return false, false, err
 	}
@@ -243,9 +286,14 @@ func readRecord(path string) (map[string]json.RawMessage, error) {
 	return rec, nil
 }
 
-// StartLocked starts a new process and waits until it is ready. On
-// failure the process is killed and the error carries its output. The
-// caller decides whether to retry (RetryLocked).
+// StartLocked starts a new process and waits until it is ready and its
+// pid file names it. On failure the process is killed and the error
+// carries its output. The caller decides whether to retry (RetryLocked).
+//
+// Nothing starts without room for the pid file: a daemon that cannot
+// write it (HAProxy and keepalived do not fail when the write does) would
+// run where no later agent finds it to adopt or stop, and the next start
+// would add a second one.
 func (d *Daemon) StartLocked(ctx context.Context) error {
 	s := &d.spec
 	for _, p := range append([]string{s.PidPath}, s.Clean...) {
@@ -258,6 +306,9 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 	if cmd.Env == nil {
 		cmd.Env = CleanEnv()
 	}
+	// What the previous run wrote last (a crash's alert) reaches the
+	// journal before its file moves away.
+	d.forward()
 	logFile, err := openLog(s.LogPath)
 	if err != nil {
 		return err
@@ -270,6 +321,12 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	// Checked last, after the output file moved aside (its new one stays
+	// empty: a failure here reports no earlier run's output).
+	if err := s.Room(filepath.Dir(s.PidPath)); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting %s: no room for its pid file %s: %w", s.Name, s.PidPath, err)
+	}
 	err = s.Launch(cmd)
 	logFile.Close()
 	if err != nil {
@@ -278,16 +335,42 @@ func (d *Daemon) StartLocked(ctx context.Context) error {
 	proc := WatchChild(cmd)
 	ctx, cancel := context.WithTimeout(ctx, s.StartTimeout)
 	defer cancel()
-	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, func() bool { return s.Ready(ctx, proc) },
+	ready := func() bool {
+		pid, err := pidfile.Read(s.PidPath)
+		return err == nil && pid == proc.Pid && s.Ready(ctx, proc)
+	}
+	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, ready,
 		func() error { return fmt.Errorf("%s not ready within %v", s.Name, s.StartTimeout) })
 	if err != nil {
 		Kill(proc, 0)
-		return withOutput(err, d.Output(0))
+		out := d.Output(0)
+		// The disk filled up after the check above: say so, the daemon
+		// itself does not.
+		if rerr := s.Room(filepath.Dir(s.PidPath)); rerr != nil {
+			err = fmt.Errorf("%w: no room for its pid file %s: %w", err, s.PidPath, rerr)
+			out = strings.TrimSpace(out + "\n" + err.Error())
+		}
+		return withOutput(err, out)
 	}
 	d.proc = proc
 	s.Log.Info(s.Name+" started", zap.Int("pid", proc.Pid))
 	d.follow(proc)
 	return nil
+}
+
+// probeRoom writes, syncs and removes a small file in dir: on a full file
+// system the write or the sync fails (ENOSPC).
+func probeRoom(dir string) error {
+	f, err := os.CreateTemp(dir, ".room-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write([]byte("4194304\n")) // the longest pid and its newline
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // CleanEnv is the environment daemons and their checks run with: a plain
@@ -334,23 +417,82 @@ func openLog(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 }
 
-// capLog holds a running daemon's output file to max bytes: the content
-// moves to <path>.1 and the file is emptied. The daemon writes with
-// O_APPEND, so its next line lands at the new end.
-func capLog(path string, max int64) {
+// capLog holds a daemon's output file to max bytes: the content moves to
+// <path>.1 and the file is emptied. The daemon writes with O_APPEND, so
+// its next line lands at the new end. It reports whether it emptied the
+// file.
+func capLog(path string, max int64) bool {
 	st, err := os.Stat(path)
 	if err != nil || st.Size() <= max {
-		return
+		return false
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return
+		return false
 	}
 	if int64(len(data)) > max {
 		data = data[int64(len(data))-max:]
 	}
-	if fsutil.WriteFile(path+".1", data, 0o600) == nil {
-		os.Truncate(path, 0)
+	return fsutil.WriteFile(path+".1", data, 0o600) == nil && os.Truncate(path, 0) == nil
+}
+
+// keepLog holds the output file to MaxLog and, when Journal has a sink,
+// forwards its new lines, for as long as the daemon is supervised (the
+// file outlives each process: a new run renames it away, a restart of the
+// agent finds it). It runs on its own, never takes the daemon's lock and
+// never waits for the journal; a start shares only fwMu with it, for one
+// bounded read. The cap runs right after a read, so only what the daemon
+// writes in between those two steps misses the journal (it is in
+// <log>.1).
+func (d *Daemon) keepLog() {
+	defer close(d.kept)
+	s := &d.spec
+	every := logCheckEvery
+	if d.fw != nil {
+		every = forwardEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastCap := time.Now()
+	for {
+		select {
+		case <-t.C:
+		case <-d.done:
+			d.closeForward()
+			return
+		case <-d.gone:
+			d.closeForward()
+			return
+		}
+		d.fwMu.Lock()
+		if d.fw != nil {
+			d.fw.Poll()
+		}
+		if time.Since(lastCap) >= logCheckEvery {
+			lastCap = time.Now()
+			if capLog(s.LogPath, s.MaxLog) && d.fw != nil {
+				d.fw.Rewind()
+			}
+		}
+		d.fwMu.Unlock()
+	}
+}
+
+// forward sends what is new in the output file to the journal now.
+func (d *Daemon) forward() {
+	d.fwMu.Lock()
+	defer d.fwMu.Unlock()
+	if d.fw != nil {
+		d.fw.Poll()
+	}
+}
+
+func (d *Daemon) closeForward() {
+	d.fwMu.Lock()
+	defer d.fwMu.Unlock()
+	if d.fw != nil {
+		d.fw.Close()
+		d.fw = nil
 	}
 }
 
@@ -419,7 +561,13 @@ func (d *Daemon) KillLocked() {
 
 // RemoveLocked ends supervision for good (the daemon's files are about to
 // be deleted): nothing restarts it any more.
-func (d *Daemon) RemoveLocked() { d.removed = true; d.desired = false }
+func (d *Daemon) RemoveLocked() {
+	if !d.removed {
+		close(d.gone)
+	}
+	d.removed = true
+	d.desired = false
+}
 
 // AdoptLocked takes over the process an earlier agent left running, if
 // the pid file names one of ours; it reports whether one runs now.
@@ -489,23 +637,9 @@ func (d *Daemon) RetryLocked(err error) {
 	}()
 }
 
-// follow watches a started or adopted process: its output file is held
-// to MaxLog while it runs, and it is restarted when it dies unexpectedly.
+// follow watches a started or adopted process: it is restarted when it
+// dies unexpectedly.
 func (d *Daemon) follow(proc *Process) {
-	go func() {
-		t := time.NewTicker(logCheckEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				capLog(d.spec.LogPath, d.spec.MaxLog)
-			case <-proc.Exited:
-				return
-			case <-d.done:
-				return
-			}
-		}
-	}()
 	go d.respawner().Watch(proc)
 }
 
@@ -519,7 +653,9 @@ func (d *Daemon) respawner() *Respawner {
 				return false
 			}
 			if d.proc == proc {
+				d.histMu.Lock()
 				d.history.LastExit, d.history.LastExitAt = proc.Status, time.Now()
+				d.histMu.Unlock()
 				d.proc = nil
 			}
 			if s.OnDeath != nil {
@@ -531,7 +667,9 @@ func (d *Daemon) respawner() *Respawner {
 		Start: func(ctx context.Context) (*Process, error) {
 			err := d.StartLocked(ctx)
 			if err == nil {
+				d.histMu.Lock()
 				d.history.Restarts++
+				d.histMu.Unlock()
 			}
 			return d.proc, err
 		},

@@ -5,8 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 )
 
 // The output file holds one run: a start moves the previous run's output
@@ -16,23 +21,7 @@ func TestStartRotatesTheOutputFile(t *testing.T) {
 	logPath := filepath.Join(dir, "daemon.log")
 	done := make(chan struct{})
 	defer close(done)
-	run := 0
-	d := NewDaemon(Spec{
-		Name: "daemon",
-		Command: func() (*exec.Cmd, error) {
-			run++
-			return exec.Command("sh", "-c", "echo run "+string(rune('0'+run))+"; exec sleep 30"), nil
-		},
-		PidPath:   filepath.Join(dir, "daemon.pid"),
-		LogPath:   logPath,
-		StatePath: filepath.Join(dir, "state.json"),
-		Ours:      func([]string) bool { return false },
-		// Ready once this run has said so.
-		Ready: func(context.Context, *Process) bool {
-			out, _ := os.ReadFile(logPath)
-			return strings.HasPrefix(string(out), "run ")
-		},
-	}, done)
+	d := NewDaemon(echoSpec(dir, logPath), done)
 	d.Lock()
 	defer d.Unlock()
 	for i := 0; i < 3; i++ {
@@ -47,6 +36,28 @@ func TestStartRotatesTheOutputFile(t *testing.T) {
 	prev, _ := os.ReadFile(logPath + ".1")
 	if strings.TrimSpace(string(cur)) != "run 3" || strings.TrimSpace(string(prev)) != "run 2" {
 		t.Fatalf("log %q, previous %q", cur, prev)
+	}
+}
+
+// echoSpec is a daemon that says "run <n>" on its n-th start, then sleeps.
+func echoSpec(dir, logPath string) Spec {
+	run := 0
+	pidPath := filepath.Join(dir, "daemon.pid")
+	return Spec{
+		Name: "daemon",
+		Command: func() (*exec.Cmd, error) {
+			run++
+			return exec.Command("sh", "-c", "echo $$ > "+pidPath+"; echo run "+string(rune('0'+run))+"; exec sleep 30"), nil
+		},
+		PidPath:   pidPath,
+		LogPath:   logPath,
+		StatePath: filepath.Join(dir, "state.json"),
+		Ours:      func([]string) bool { return false },
+		// Ready once this run has said so.
+		Ready: func(context.Context, *Process) bool {
+			out, _ := os.ReadFile(logPath)
+			return strings.HasPrefix(string(out), "run ")
+		},
 	}
 }
 
@@ -107,5 +118,67 @@ func TestDesiredStateKeepsOtherKeys(t *testing.T) {
 	}
 	if running, _, err := d.ReadDesired(); !running || err != nil {
 		t.Fatalf("after rewriting garbage: %v %v", running, err)
+	}
+}
+
+// Under systemd each line the daemon writes reaches the journal under the
+// daemon's identifier: across a new run (which moves the file to .1) and
+// across an agent restart, where the next agent's Daemon resumes at the
+// file's end instead of sending it again.
+func TestOutputReachesTheJournal(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "daemon.log")
+	j := &journalfwdtest.Journal{}
+	spec := echoSpec(dir, logPath)
+	spec.Journal = journalfwd.Options{Sink: j, Identifier: "daemon-x"}
+	done := make(chan struct{})
+	d := NewDaemon(spec, done)
+	d.Lock()
+	for range 2 {
+		if err := d.StartLocked(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.StopLocked(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Unlock()
+	equal := func(want ...string) func([]string) bool {
+		return func(got []string) bool { return slices.Equal(got, want) }
+	}
+	j.WaitFor(t, 5*time.Second, "daemon-x", "both runs", equal("run 1", "run 2"))
+
+	// The agent restarts: a new Daemon over the same file, which an
+	// adopted process goes on writing.
+	close(done)
+	waitKept(t, d)
+	done2 := make(chan struct{})
+	defer close(done2)
+	d2 := NewDaemon(spec, done2)
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.WriteString("after the restart\n")
+	j.WaitFor(t, 5*time.Second, "daemon-x", "the new line once", equal("run 1", "run 2", "after the restart"))
+
+	// Once the daemon is removed, nothing more is forwarded.
+	d2.Lock()
+	d2.RemoveLocked()
+	d2.Unlock()
+	waitKept(t, d2)
+	f.WriteString("after the removal\n")
+	if got := j.Messages("daemon-x"); !equal("run 1", "run 2", "after the restart")(got) {
+		t.Fatalf("journal after the removal: %q", got)
+	}
+}
+
+func waitKept(t *testing.T, d *Daemon) {
+	t.Helper()
+	select {
+	case <-d.kept:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the keeper of the output file does not stop")
 	}
 }

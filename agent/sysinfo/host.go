@@ -202,7 +202,7 @@ func parseCPULine(fields []string) (CPU, error) {
 // rather than failing the whole request.
 func parseMeminfo(data []byte) Memory {
 	var m Memory
-	dst := map[string]*int64{
+	readMeminfo(data, map[string]*int64{
 		"MemTotal":   &m.Total,
 		"MemFree":    &m.Free,
 		"Buffers":    &m.Buffers,
@@ -210,7 +210,12 @@ func parseMeminfo(data []byte) Memory {
 		"SwapCached": &m.SwapUsed,
 		"Shmem":      &m.Shared,
 		"Slab":       &m.Slab,
-	}
+	})
+	return m
+}
+
+// readMeminfo stores the values of the keys dst names.
+func readMeminfo(data []byte, dst map[string]*int64) {
 	for line := range bytes.Lines(data) {
 		key, rest, ok := strings.Cut(string(line), ":")
 		if !ok {
@@ -229,7 +234,6 @@ func parseMeminfo(data []byte) Memory {
 			*p = v
 		}
 	}
-	return m
 }
 
 func parseLoadavg(data []byte) ([]string, error) {
@@ -276,4 +280,67 @@ func readTunedProfiles(path string) string {
 	// The byte cap may split a multi-byte character; drop the fragment so
 	// the JSON string stays valid.
 	return strings.ToValidUTF8(strings.TrimSpace(string(data)), "")
+}
+
+// Utilization is the load balancer's CPU and memory use in percent, as
+// upstream's prometheus-proxy computes them with psutil: the 1-minute load
+// average over the online CPU count, and the share of memory that is not
+// available (MemAvailable; on kernels without it, free plus buffers plus
+// page cache). Nothing is rounded here.
+func (r Reader) Utilization() (cpuPercent, memPercent float64, err error) {
+	load1, err := r.load1()
+	if err != nil {
+		return 0, 0, err
+	}
+	stat, err := os.ReadFile(filepath.Join(r.procDir(), "stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	_, count, _ := parseStat(stat)
+	cpuPercent = load1 / float64(count) * 100
+
+	mem, err := os.ReadFile(filepath.Join(r.procDir(), "meminfo"))
+	if err != nil {
+		return 0, 0, err
+	}
+	m := parseMeminfo(mem)
+	if m.Total <= 0 {
+		return 0, 0, errors.New("meminfo: no MemTotal")
+	}
+	avail := int64(-1)
+	readMeminfo(mem, map[string]*int64{"MemAvailable": &avail})
+	if avail < 0 {
+		avail = m.Free + m.Buffers + m.Cached
+	}
+	if avail > m.Total {
+		avail = m.Free
+	}
+	return cpuPercent, float64(m.Total-avail) / float64(m.Total) * 100, nil
+}
+
+// load1 is the 1-minute load average. On the host it comes from
+// sysinfo(2), as glibc's getloadavg (psutil's source) takes it: finer
+// than the two decimals of /proc/loadavg, which a Reader pointed at a
+// fixture reads instead.
+func (r Reader) load1() (float64, error) {
+	if r.ProcDir == "" {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return 0, fmt.Errorf("sysinfo: %w", err)
+		}
+		return float64(si.Loads[0]) / (1 << unix.SI_LOAD_SHIFT), nil
+	}
+	data, err := os.ReadFile(filepath.Join(r.procDir(), "loadavg"))
+	if err != nil {
+		return 0, err
+	}
+	fields, err := parseLoadavg(data)
+	if err != nil {
+		return 0, err
+	}
+	load, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("loadavg: %w", err)
+	}
+	return load, nil
 }

@@ -221,3 +221,27 @@ func TestTunedProfileLimit(t *testing.T) {
 		t.Errorf("directory: got %q, want empty", got)
 	}
 }
+
+func TestUtilization(t *testing.T) {
+	cases := []struct {
+		dir      string
+		cpu, mem float64
+	}{
+		// psutil: 0.59 / 2 CPUs; (total - MemAvailable) / total.
+		{"debian-vm", 0.59 / 2 * 100, float64(24684092-23970000) / 24684092 * 100},
+		// No MemAvailable: free + buffers + cached count as available.
+		{"offline-cpus", 12.0 / 3 * 100, float64(2030000-500000-1000-20000) / 2030000 * 100},
+	}
+	for _, c := range cases {
+		cpu, mem, err := Reader{ProcDir: filepath.Join("testdata", c.dir, "proc")}.Utilization()
+		if err != nil {
+			t.Fatalf("%s: %v", c.dir, err)
+		}
+		if cpu != c.cpu || mem != c.mem {
+			t.Errorf("%s: cpu %v mem %v, want %v %v", c.dir, cpu, mem, c.cpu, c.mem)
+		}
+	}
+	if _, _, err := (Reader{ProcDir: filepath.Join("testdata", "missing-loadavg", "proc")}).Utilization(); err == nil {
+		t.Error("no loadavg, no error")
+	}
+}

@@ -80,15 +80,29 @@ func NewAuthority(commonName string) (*Authority, error) {
 // amphora id (the controller verifies the hostname against it); extra IPs
 // are added as IP SANs for convenience in local use.
 func (a *Authority) Server(amphoraID string, ips ...net.IP) (Issued, error) {
-	return a.issue(amphoraID, []string{amphoraID}, ips, x509.ExtKeyUsageServerAuth)
+	return a.issue(amphoraID, []string{amphoraID}, ips, x509.ExtKeyUsageServerAuth, time.Time{}, time.Time{})
+}
+
+// ServerValid issues a server certificate with the given names and
+// validity, for tests of what a rotation must refuse.
+func (a *Authority) ServerValid(commonName string, dnsNames []string, notBefore, notAfter time.Time) (Issued, error) {
+	return a.issue(commonName, dnsNames, nil, x509.ExtKeyUsageServerAuth, notBefore, notAfter)
 }
 
 // Client issues a controller client certificate.
 func (a *Authority) Client(commonName string) (Issued, error) {
-	return a.issue(commonName, nil, nil, x509.ExtKeyUsageClientAuth)
+	return a.issue(commonName, nil, nil, x509.ExtKeyUsageClientAuth, time.Time{}, time.Time{})
 }
 
-func (a *Authority) issue(cn string, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (Issued, error) {
+// issue signs a certificate; zero times mean valid from an hour ago for two
+// years.
+func (a *Authority) issue(cn string, dns []string, ips []net.IP, usage x509.ExtKeyUsage, notBefore, notAfter time.Time) (Issued, error) {
+	if notBefore.IsZero() {
+		notBefore = time.Now().Add(-time.Hour)
+	}
+	if notAfter.IsZero() {
+		notAfter = time.Now().AddDate(2, 0, 0)
+	}
 	key, err := newKey()
 	if err != nil {
 		return Issued{}, err
@@ -102,8 +116,8 @@ func (a *Authority) issue(cn string, dns []string, ips []net.IP, usage x509.ExtK
 		Subject:      pkix.Name{CommonName: cn},
 		DNSNames:     dns,
 		IPAddresses:  ips,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().AddDate(2, 0, 0),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}

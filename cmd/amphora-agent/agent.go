@@ -17,11 +17,14 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
 
 	"github.com/amphora-agent/amphora-agent/agent"
 	"github.com/amphora-agent/amphora-agent/agent/api"
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/gate"
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/certs"
 )
@@ -41,6 +44,12 @@ const (
 	idleTimeout       = 120 * time.Second
 	maxHeaderBytes    = 64 << 10
 	shutdownGrace     = 10 * time.Second
+	handshakeTimeout  = 10 * time.Second
+	// Controllers open a handful of connections at a time; the bound
+	// only matters to a flood, which then displaces its own oldest.
+	maxPendingHandshakes = 128
+	// One line about failed handshakes per period at most.
+	handshakeLogEvery = 10 * time.Second
 )
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
@@ -61,18 +70,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amphora-agent: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if len(files) == 0 {
-		files = configFiles{defaultConfigFile}
-	}
-
-	sources, err := config.ReadFiles(files)
+	files, cfg, warnings, err := loadConfig(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent: %v\n", err)
-		return 1
-	}
-	cfg, warnings, err := config.Load(sources)
-	if err != nil {
-		fmt.Fprintf(stderr, "amphora-agent: invalid configuration: %v\n", err)
 		return 1
 	}
 
@@ -91,8 +91,32 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// loadConfig reads and loads the --config-file list, the default file
+// when it is empty.
+func loadConfig(files configFiles) (configFiles, *config.Config, []string, error) {
+	if len(files) == 0 {
+		files = configFiles{defaultConfigFile}
+	}
+	sources, err := config.ReadFiles(files)
+	if err != nil {
+		return files, nil, nil, err
+	}
+	cfg, warnings, err := config.Load(sources)
+	if err != nil {
+		return files, nil, nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return files, cfg, warnings, nil
+}
+
 func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel) error {
-	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level})
+	// Under systemd the daemons' output goes to the journal too, where
+	// operators look (README: Status and logs).
+	var sink journalfwd.Sink
+	if journalfwd.Available() {
+		sink = journalfwd.Journal{}
+		log.Info("HAProxy's and keepalived's output is forwarded to the journal")
+	}
+	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level, Journal: sink})
 	// Supervision ends with the agent, after the background work; HAProxy
 	// and keepalived keep serving and the next agent adopts them.
 	defer a.Close()
@@ -120,7 +144,15 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	// The namespace and the plugged ports come back before any load
 	// balancer starts; a failure is logged and the API still serves.
 	sd.Status("restoring network namespace")
-	netErr := a.PrepareNetwork(ctx)
+	var netErr error
+	if why := noDataPlane(); why != "" {
+		// `make run` as a user: one line saying what will not work
+		// instead of a netlink error.
+		log.Warn(fmt.Sprintf("%s: the data-plane namespace %s cannot be made, so plugging NICs and running load balancers or keepalived will fail; the API, configuration and heartbeats work",
+			why, cfg.Namespace))
+	} else {
+		netErr = a.PrepareNetwork(ctx)
+	}
 	a.Start(ctx)
 	// Load balancers come back in the background so the API answers at
 	// once; controller mutations wait for the restore's lock.
@@ -146,10 +178,21 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		restored <- errors.Join(netErr, lbErr, lvsErr, vrrpErr)
 		return errors.Join(lbErr, lvsErr, vrrpErr)
 	})
+	// `amphora-agent status` asks on a root-only unix socket; a failure
+	// to offer it is logged and changes nothing else.
+	bg.start("status socket", func() error {
+		if err := serveStatus(ctx, a, heartbeat, a.Config(), log.Named("status")); err != nil {
+			log.Warn("status socket not available", zap.Error(err))
+		}
+		return nil
+	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
 	live.heartbeatStarted(time.Now())
 	bg.start("heartbeat", func() error { return heartbeat.Run(ctx) })
+	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
+	metrics := newMetricsServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
+	bg.start("metrics", func() error { return metrics.Run(ctx) })
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
 	if err != nil {
@@ -162,7 +205,6 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	})
 	srv := &http.Server{
 		Handler:           handler,
-		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -182,9 +224,20 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		zap.String("version", version), zap.String("amphora_id", cfg.AmphoraID),
 		zap.Strings("config_files", files))
 
+	// The gate completes mutual-TLS handshakes before net/http sees a
+	// connection: idle or slow connections cannot pile up goroutines and
+	// buffers or keep a controller waiting (see package gate).
+	front := gate.New(ln, gate.Options{
+		TLS:              tlsCfg,
+		HandshakeTimeout: handshakeTimeout,
+		MaxPending:       maxPendingHandshakes,
+		LogEvery:         handshakeLogEvery,
+		ErrorBody:        api.UnreadableRequestBody,
+		Log:              log.Named("tls"),
+	})
 	errc := make(chan error, 1)
 	go func() {
-		err := srv.ServeTLS(ln, "", "")
+		err := srv.Serve(front)
 		live.apiEnded.Store(true)
 		errc <- err
 	}()
@@ -203,6 +256,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		case <-ctx.Done():
 			return nil
 		}
+		a.SetReady()
 		sd.Ready(readyStatus(a.Config().BasePath, restoreErr))
 		return nil
 	})
@@ -281,4 +335,18 @@ func (b *background) wait(log *zap.Logger, grace time.Duration) {
 	case <-time.After(grace):
 		log.Error("background work did not stop in time", zap.Duration("waited", grace))
 	}
+}
+
+// noDataPlane says why this process cannot build the data-plane namespace
+// (it lacks CAP_SYS_ADMIN: not root), "" when it can.
+func noDataPlane() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) == nil && data[unix.CAP_SYS_ADMIN/32].Effective&(1<<(unix.CAP_SYS_ADMIN%32)) != 0 {
+		return ""
+	}
+	return "not running as root"
 }

@@ -65,6 +65,12 @@ func TestBench(t *testing.T) {
 	tb.row(fmt.Sprintf("start-up: exec → first mTLS GET / (median of %d | %d)", goStartRuns, pythonStartRuns),
 		fmtDur(goAgent.startup), pyAgent.cell(func(a agentFigures) string { return fmtDur(a.startup) }),
 		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.startup) / float64(goAgent.startup) }))
+	tb.row("GET /1.0/info, kept-alive mTLS (median)", fmtDur(goAgent.info),
+		pyAgent.cell(func(a agentFigures) string { return fmtDur(a.info) }),
+		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.info) / float64(goAgent.info) }))
+	tb.row("GET /1.0/details, kept-alive mTLS (median)", fmtDur(goAgent.details),
+		pyAgent.cell(func(a agentFigures) string { return fmtDur(a.details) }),
+		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.details) / float64(goAgent.details) }))
 	tb.row(fmt.Sprintf("idle RSS after %d requests (VmRSS, procs)", 2*idleRequests),
 		goAgent.rssCell(), pyAgent.cell(agentFigures.rssCell),
 		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.rss) / float64(goAgent.rss) }))
@@ -80,6 +86,11 @@ func TestBench(t *testing.T) {
 			pyAgent.cell(func(a agentFigures) string { return fmtRatio(float64(a.rss) / float64(hap.rss)) }), "")
 	}
 
+	var notes []string
+	benchApplyFloor(t, &tb, &notes)
+	benchGrowth(t, &tb, &notes)
+	benchRestore(t, &tb, &notes)
+
 	var b strings.Builder
 	fmt.Fprintf(&b, "make bench: %s, %d cores, load %s, %s; upstream %s; %s\n\n",
 		cpuModel(), runtime.NumCPU(), loadAvg, runtime.Version(), py.describe(), haproxyVersion())
@@ -91,10 +102,54 @@ func TestBench(t *testing.T) {
 		"  socket queries) and rewrites its counters file on every call; our sender persists counters outside this loop.",
 		"start-up and RSS: same config and certificates on 127.0.0.1, the built bin/amphora-agent vs upstream's",
 		"  octavia.cmd.agent.main (gunicorn master + 1 worker + the heartbeat sender process; logs to a file, not syslog).",
-	}, "\n") + "\n")
+	}, "\n") + "\n" + strings.Join(notes, "\n") + "\n")
 	if err := os.WriteFile(filepath.Join(out, "table.txt"), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBenchApply prints only the apply, growth and restore figures (the
+// slow part of make bench), for a quicker look:
+//
+//	AMPHORA_BENCH_OUT=1 AMPHORA_AGENT_BIN=$PWD/bin/amphora-agent go test -tags bench -run '^TestBenchApply$' -v ./cmd/amphora-agent/
+func TestBenchApply(t *testing.T) {
+	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
+		t.Skip("AMPHORA_BENCH_OUT is not set")
+	}
+	var tb benchTable
+	var notes []string
+	benchApplyFloor(t, &tb, &notes)
+	benchGrowth(t, &tb, &notes)
+	benchRestore(t, &tb, &notes)
+	var b strings.Builder
+	tb.write(&b)
+	t.Log("\n" + b.String() + strings.Join(notes, "\n"))
+}
+
+// TestBenchHeartbeatCPU prints only the running agent's heartbeat CPU
+// for 1 LB × 10 × 250 (and the baseline's, when set).
+func TestBenchHeartbeatCPU(t *testing.T) {
+	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
+		t.Skip("AMPHORA_BENCH_OUT is not set")
+	}
+	var tb benchTable
+	var notes []string
+	benchGrowthCells(t, &tb, &notes, []growthCell{headlineCell})
+	var b strings.Builder
+	tb.write(&b)
+	t.Log("\n" + b.String())
+}
+
+// TestBenchAgentFigures prints only the Go agent's start-up, /info,
+// /details and idle memory for the binary in AMPHORA_AGENT_BIN, for
+// before/after comparisons of two builds.
+func TestBenchAgentFigures(t *testing.T) {
+	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
+		t.Skip("AMPHORA_BENCH_OUT is not set")
+	}
+	g, _ := benchAgents(t, upstream{err: errors.New("not measured")})
+	t.Logf("start-up %s, /1.0/info %s, /1.0/details %s, RSS %s, PSS %s",
+		fmtDur(g.startup), fmtDur(g.info), fmtDur(g.details), fmtKB(g.rss), fmtKB(g.pss))
 }
 
 // --- heartbeat ---------------------------------------------------------
@@ -110,10 +165,13 @@ func parseGoBench(t *testing.T, path string) map[string]goBenchResult {
 	res := map[string]goBenchResult{}
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkHeartbeat/") {
+		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkHeartbeat") {
 			continue
 		}
 		name := strings.TrimPrefix(f[0], "BenchmarkHeartbeat/")
+		if strings.HasPrefix(f[0], "BenchmarkHeartbeatCycle") {
+			name = "cycle"
+		}
 		if i := strings.LastIndexByte(name, '-'); i > 0 {
 			name = name[:i] // the GOMAXPROCS suffix
 		}
@@ -196,11 +254,26 @@ func benchHeartbeatRows(t *testing.T, out string, py upstream, tb *benchTable) {
 		all.nsPerOp, all.allocsPerOp, up.BuildSignNs)
 	row("  CSV → message", parse.nsPerOp+build.nsPerOp, parse.allocsPerOp+build.allocsPerOp, up.BuildNs)
 	row("  message → JSON + zlib + HMAC", sign.nsPerOp, sign.allocsPerOp, up.SignNs)
+	if c := goRes["cycle"]; c.nsPerOp > 0 {
+		tb.row("  whole sender cycle, real HAProxy, 1 LB × 10 lst × 250 mbr (in-process, wall)",
+			fmt.Sprintf("%s, %.0f allocs", fmtDur(time.Duration(c.nsPerOp)), c.allocsPerOp), "", "")
+	}
 	pyBytes := "n/a"
 	if upErr == nil {
 		pyBytes = fmt.Sprintf("%d B", up.DatagramBytes)
 	}
 	tb.row("  datagram size", fmt.Sprintf("%d B", sample.DatagramBytes), pyBytes, "")
+	// agent/health TestBenchCapacity: members one datagram carries.
+	var capacity struct {
+		Level     int
+		Ours, Go9 int
+		Python9   string
+	}
+	if raw, err := os.ReadFile(filepath.Join(out, "capacity.json")); err == nil && json.Unmarshal(raw, &capacity) == nil {
+		tb.row("  members one datagram carries (10 lst, random UUIDs)",
+			fmt.Sprintf("%d (klauspost zlib %d; Go zlib 9: %d)", capacity.Ours, capacity.Level, capacity.Go9),
+			capacity.Python9+" (zlib 9)", "")
+	}
 }
 
 func runUpstreamHeartbeat(t *testing.T, sample hbSample, up *hbUpstream) error {
@@ -267,9 +340,12 @@ func (u upstream) describe() string {
 // --- agents: start-up and idle memory -----------------------------------
 
 type agentFigures struct {
-	startup  time.Duration
-	rss, pss int64 // kB, summed over the agent's process group
-	procs    int
+	startup time.Duration
+	// info and details are the median latencies of GET /1.0/info and
+	// /1.0/details over one kept-alive connection.
+	info, details time.Duration
+	rss, pss      int64 // kB, summed over the agent's process group
+	procs         int
 }
 
 func (a agentFigures) rssCell() string { return fmt.Sprintf("%s (%d)", fmtKB(a.rss), a.procs) }
@@ -352,12 +428,36 @@ func benchAgent(t *testing.T, runs int, argv func(*testenv.Env) (args, env []str
 			pids := groupPids(p.pid())
 			fig.procs = len(pids)
 			fig.rss, fig.pss = memKB(pids)
+			fig.info, fig.details = latencies(e, idleRequests)
 		}
 		p.stop()
 	}
 	slices.Sort(startups)
 	fig.startup = startups[len(startups)/2]
 	return fig, nil
+}
+
+// latencies times GET /1.0/info and GET /1.0/details, runs times each,
+// on one kept-alive mutual-TLS connection; medians.
+func latencies(e *testenv.Env, runs int) (info, details time.Duration) {
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: e.ClientTLS()}}
+	defer client.CloseIdleConnections()
+	median := func(path string) time.Duration {
+		var ds []time.Duration
+		for range runs {
+			start := time.Now()
+			resp, err := client.Get(e.URL(path))
+			if err != nil {
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			ds = append(ds, time.Since(start))
+		}
+		return percentile(ds, 0.5)
+	}
+	median("/1.0/info") // the connection's handshake
+	return median("/1.0/info"), median("/1.0/details")
 }
 
 func firstGET(p *proc, client *http.Client, url string, limit time.Duration) (time.Duration, error) {

@@ -29,14 +29,14 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/fault", "agent/fsutil", "agent/logging", "agent/pidfile", "agent/procgroup"},
+		from: []string{"agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup"},
 		deny: []string{"..."},
-		// Its own test helper, itself free of the module.
-		allow: []string{"agent/procgroup/procgrouptest"},
+		// Their own test helpers, themselves free of the module.
+		allow: []string{"agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
 	},
 	{
 		why:  "test helpers of leaf helpers import nothing of this module",
-		from: []string{"agent/procgroup/procgrouptest"},
+		from: []string{"agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
 		deny: []string{"..."},
 	},
 	{
@@ -47,12 +47,13 @@ var layerRules = []layerRule{
 		allow: []string{"agent/procgroup"},
 	},
 	{
-		// The supervision core writes its state atomically and reads pid
-		// files like everyone else; nothing of the agent or the domains.
+		// The supervision core writes its state atomically, reads pid
+		// files and forwards output to the journal like everyone else;
+		// nothing of the agent or the domains.
 		why:   "the supervision core imports only leaf helpers",
 		from:  []string{"agent/procwatch"},
 		deny:  []string{"..."},
-		allow: []string{"agent/fsutil", "agent/pidfile"},
+		allow: []string{"agent/fsutil", "agent/journalfwd", "agent/journalfwd/journalfwdtest", "agent/pidfile"},
 	},
 	{
 		why:    "only the API and the binary speak HTTP",

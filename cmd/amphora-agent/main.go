@@ -32,6 +32,7 @@ var subcommands = map[string]subcommand{
 	"haproxy-vrrp-check": {summary: "<stats socket>...: keepalived's HAProxy health check", run: runVRRPCheck},
 	"config-drive":       {summary: "write the files of Nova's config drive (once per instance)", run: runConfigDrive},
 	"health-checker":     {summary: "sctp [-t SECONDS] <address> <port>: keepalived's SCTP member check", run: runHealthCheck},
+	"status":             {summary: "[--config-file PATH]... [--json]: what the agent and its daemons are doing (read-only)", run: runStatus},
 }
 
 // aliases are the names image scripts call: a symlink with one of these

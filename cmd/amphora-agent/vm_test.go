@@ -603,8 +603,18 @@ func TestVMSingleAmphora(t *testing.T) {
 		}
 	})
 
+	// HAProxy's output is in the journal under upstream's unit name, and
+	// status names that place (README: Status and logs).
+	hapJournal := "journalctl -b --no-pager -o cat -t haproxy-" + hapLB
+	a.WaitFor(time.Minute, "HAProxy's output in the journal", hapJournal+" | grep -q 'New worker'")
+	if st := a.MustExec("/usr/local/bin/amphora-agent status --config-file /etc/octavia/amphora-agent.conf"); !strings.Contains(st, "journalctl -t haproxy-"+hapLB) {
+		t.Fatalf("status does not name HAProxy's journal identifier:\n%s", st)
+	}
+	newWorkers := func() string { return strings.TrimSpace(a.MustExec(hapJournal + " | grep -c 'New worker' || true")) }
+
 	t.Run("restart-and-kill-under-traffic", func(t *testing.T) {
 		master := a.haproxyMaster()
+		workersBefore := newWorkers()
 		tr := startTraffic(t, n, 4000)
 		old := a.mainPID()
 		a.MustExec("systemctl restart amphora-agent.service")
@@ -620,6 +630,11 @@ func TestVMSingleAmphora(t *testing.T) {
 		}
 		if now := a.haproxyMaster(); now != master {
 			t.Fatalf("HAProxy master %s replaced by %s: not adopted", master, now)
+		}
+		// The agents that adopted HAProxy resumed its output at the end of
+		// its file: nothing went to the journal twice.
+		if now := newWorkers(); now != workersBefore {
+			t.Fatalf("HAProxy's 'New worker' lines in the journal: %s before the restarts, %s after", workersBefore, now)
 		}
 		if j := a.MustExec("journalctl -u amphora-agent.service -o cat --no-pager"); !strings.Contains(j, "adopted running HAProxy") {
 			t.Fatal("the restarted agent did not say it adopted HAProxy")

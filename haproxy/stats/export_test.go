@@ -17,7 +17,7 @@ const (
 
 // Has reports whether the answer had a column called name.
 func (r Row) Has(name string) bool {
-	_, ok := r.cols[name]
+	_, ok := r.h.cols[name]
 	return ok
 }
 

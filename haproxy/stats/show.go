@@ -3,11 +3,11 @@ package stats
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"fmt"
-	"io"
+	"math"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // All is the `show stat <iid> <type> <sid>` argument for every proxy,
@@ -31,20 +31,122 @@ const (
 	Backend  = "BACKEND"
 )
 
-// Row is one line of `show stat`, addressed by column name.
+// Row is one line of `show stat`, addressed by column name. It keeps the
+// line as HAProxy sent it and splits it only as far as a caller asks: the
+// heartbeat reads 9 of about 100 columns, all among the first 20.
 type Row struct {
-	cols   map[string]int
-	fields []string
+	h      *header
+	line   string
+	quoted bool // the line holds a '"', so fields need the careful split
+}
+
+// header is the column layout shared by every row of one answer.
+type header struct {
+	cols map[string]int
+	// px, sv, status are the indices of the columns every row is asked for.
+	px, sv, status int
 }
 
 // Get returns the value of column name, or "" when the column is unknown or
 // the row is shorter than the header.
 func (r Row) Get(name string) string {
-	i, ok := r.cols[name]
-	if !ok || i >= len(r.fields) {
+	i, ok := r.h.cols[name]
+	if !ok {
 		return ""
 	}
-	return r.fields[i]
+	return r.At(i)
+}
+
+// Column is the index of column name for At and Fields, or -1.
+func (r Row) Column(name string) int {
+	if i, ok := r.h.cols[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// At returns field i (unquoted), or "" when the row is shorter or i < 0.
+func (r Row) At(i int) string {
+	if i < 0 {
+		return ""
+	}
+	if !r.quoted {
+		line := r.line
+		for ; i > 0; i-- {
+			c := strings.IndexByte(line, ',')
+			if c < 0 {
+				return ""
+			}
+			line = line[c+1:]
+		}
+		if c := strings.IndexByte(line, ','); c >= 0 {
+			return line[:c]
+		}
+		return line
+	}
+	var buf [1]string
+	f := r.Fields(buf[:0], i+1)
+	if len(f) <= i {
+		return ""
+	}
+	return f[i]
+}
+
+// Fields appends the first n fields of the row (unquoted; fewer when the
+// row is shorter) to dst, splitting the line once.
+func (r Row) Fields(dst []string, n int) []string {
+	line := r.line
+	start := len(dst)
+	for len(dst)-start < n {
+		var f string
+		if r.quoted && len(line) > 0 && line[0] == '"' {
+			f, line = unquote(line)
+		} else if c := strings.IndexByte(line, ','); c >= 0 {
+			f, line = line[:c], line[c:]
+		} else {
+			f, line = line, ""
+		}
+		dst = append(dst, f)
+		if line == "" {
+			break
+		}
+		line = line[1:] // the comma
+	}
+	return dst
+}
+
+// unquote reads the quoted field at the start of s (the line has been
+// checked by recordEnd, so the closing quote exists) and returns it and
+// the rest of s from the character after the closing quote.
+func unquote(s string) (string, string) {
+	var b strings.Builder
+	i := 1
+	for i < len(s) {
+		j := strings.IndexByte(s[i:], '"')
+		if j < 0 {
+			b.WriteString(s[i:])
+			return b.String(), ""
+		}
+		b.WriteString(s[i : i+j])
+		i += j + 1
+		if i < len(s) && s[i] == '"' {
+			b.WriteByte('"')
+			i++
+			continue
+		}
+		break
+	}
+	rest := s[min(i, len(s)):]
+	// Anything between the closing quote and the next comma stays with
+	// the field, as a lenient reader would keep it.
+	if c := strings.IndexByte(rest, ','); c > 0 {
+		b.WriteString(rest[:c])
+		rest = rest[c:]
+	} else if c < 0 {
+		b.WriteString(rest)
+		rest = ""
+	}
+	return b.String(), rest
 }
 
 // Uint parses column name as an unsigned decimal counter.
@@ -52,15 +154,15 @@ func (r Row) Uint(name string) (uint64, error) {
 	v := r.Get(name)
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: column %s = %q is not a counter", r.Get(ColPxName), r.Get(ColSvName), name, v)
+		return 0, fmt.Errorf("%s %s: column %s = %q is not a counter", r.PxName(), r.SvName(), name, v)
 	}
 	return n, nil
 }
 
 // PxName, SvName and Status are the columns every consumer reads.
-func (r Row) PxName() string { return r.Get(ColPxName) }
-func (r Row) SvName() string { return r.Get(ColSvName) }
-func (r Row) Status() string { return r.Get(ColStatus) }
+func (r Row) PxName() string { return r.At(r.h.px) }
+func (r Row) SvName() string { return r.At(r.h.sv) }
+func (r Row) Status() string { return r.At(r.h.status) }
 
 // ShowStat runs `show stat <iid> <typeMask> <sid>` (use All for -1) and
 // parses the answer.
@@ -70,7 +172,9 @@ func ShowStat(ctx context.Context, socketPath string, iid, typeMask, sid int) ([
 	if err != nil {
 		return nil, err
 	}
-	rows, err := ParseStat(out)
+	// out is this call's own buffer, never written again: the rows may
+	// point into it instead of into a copy.
+	rows, err := parseStat(unsafe.String(unsafe.SliceData(out), len(out)))
 	if err != nil {
 		return nil, &Error{Socket: socketPath, Command: cmd, Err: err}
 	}
@@ -81,45 +185,86 @@ func ShowStat(ctx context.Context, socketPath string, iid, typeMask, sid int) ([
 // naming the columns, then one CSV record per proxy, backend or server.
 // Columns are found by name, so columns added by later HAProxy releases,
 // quoted fields and the empty column after each line's trailing comma are
-// all harmless. Empty lines are skipped.
-func ParseStat(data []byte) ([]Row, error) {
-	if !bytes.HasPrefix(data, []byte("# ")) {
-		return nil, notCSV(data)
+// all harmless. Empty lines are skipped. Records are split into fields
+// only when read (Row.Get, Row.Fields): the answer is copied once and each
+// row is a slice of it.
+func ParseStat(data []byte) ([]Row, error) { return parseStat(string(data)) }
+
+func parseStat(data string) ([]Row, error) {
+	if !strings.HasPrefix(data, "# ") {
+		return nil, notCSV([]byte(data))
 	}
-	r := csv.NewReader(bytes.NewReader(data[2:]))
-	r.FieldsPerRecord = -1
-	header, err := r.Read()
+	s := data[2:]
+	end, next, err := recordEnd(s, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrNotCSV, err)
 	}
-	cols := make(map[string]int, len(header))
-	for i, name := range header {
+	first := Row{line: s[:end], quoted: strings.IndexByte(s[:end], '"') >= 0}
+	names := first.Fields(nil, math.MaxInt)
+	h := &header{cols: make(map[string]int, len(names))}
+	for i, name := range names {
 		name = strings.TrimSpace(name)
-		if _, dup := cols[name]; name == "" || dup {
+		if _, dup := h.cols[name]; name == "" || dup {
 			continue
 		}
-		cols[name] = i
+		h.cols[name] = i
 	}
 	for _, need := range []string{ColPxName, ColSvName, ColStatus} {
-		if _, ok := cols[need]; !ok {
+		if _, ok := h.cols[need]; !ok {
 			return nil, fmt.Errorf("%w: no %s column", ErrNotCSV, need)
 		}
 	}
-	var rows []Row
-	for {
-		rec, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
+	h.px, h.sv, h.status = h.cols[ColPxName], h.cols[ColSvName], h.cols[ColStatus]
+	rows := make([]Row, 0, strings.Count(s[next:], "\n"))
+	for p := next; p < len(s); p = next {
+		if end, next, err = recordEnd(s, p); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrNotCSV, err)
 		}
-		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
-			continue
+		row := Row{h: h, line: s[p:end], quoted: strings.IndexByte(s[p:end], '"') >= 0}
+		if row.quoted || strings.IndexByte(row.line, ',') < 0 {
+			// A record of one blank field is an empty line.
+			var one [2]string
+			if f := row.Fields(one[:0], 2); len(f) == 1 && strings.TrimSpace(f[0]) == "" {
+				continue
+			}
 		}
-		rows = append(rows, Row{cols: cols, fields: rec})
+		rows = append(rows, row)
 	}
 	return rows, nil
+}
+
+// recordEnd finds the end of the record starting at p: the next line break
+// outside quotes (a trailing \r is not part of the record), and where the
+// next record starts. A quote left open is an error.
+func recordEnd(s string, p int) (end, next int, err error) {
+	nl := strings.IndexByte(s[p:], '\n')
+	lineEnd := len(s)
+	if nl >= 0 {
+		lineEnd = p + nl
+	}
+	if strings.IndexByte(s[p:lineEnd], '"') >= 0 {
+		// A quoted field may hold line breaks: walk the quotes ("" inside
+		// quotes toggles twice).
+		in := false
+		lineEnd = len(s)
+		for i := p; i < len(s); i++ {
+			if s[i] == '"' {
+				in = !in
+			} else if s[i] == '\n' && !in {
+				lineEnd = i
+				break
+			}
+		}
+		if in {
+			return 0, 0, fmt.Errorf("record at byte %d: extraneous or missing \" in quoted-field", p)
+		}
+	}
+	next = lineEnd + 1
+	end = lineEnd
+	if end > p && s[end-1] == '\r' {
+		end--
+	}
+	return end, min(next, len(s)), nil
 }
 
 func notCSV(data []byte) error {

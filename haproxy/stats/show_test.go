@@ -1,8 +1,12 @@
 package stats
 
 import (
+	"encoding/csv"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -143,5 +147,71 @@ func TestParseInfo(t *testing.T) {
 	}
 	if _, err := (Info{}).UptimeSec(); err == nil {
 		t.Error("missing Uptime_sec accepted")
+	}
+}
+
+// ParseStat splits fields lazily; every field must read exactly as a full
+// RFC 4180 reader (encoding/csv) reads it, quoted or not, across line
+// breaks inside quotes and CRLF line ends.
+func TestParseStatMatchesCSVReader(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"a", "UP", "no check", "0", "12", "", "p:l", "x y", "é", "\"q,1\"", "\"a\"\"b\"", "\"two\nlines\"", "\"\""}
+	for round := range 300 {
+		cols := 3 + rng.IntN(25)
+		var b strings.Builder
+		b.WriteString("# pxname,svname,status")
+		for c := 3; c < cols; c++ {
+			fmt.Fprintf(&b, ",c%d", c)
+		}
+		b.WriteString(",\n")
+		for range rng.IntN(6) {
+			n := 1 + rng.IntN(cols+1)
+			for f := range n {
+				if f > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			if rng.IntN(3) == 0 {
+				b.WriteByte('\r')
+			}
+			b.WriteByte('\n')
+		}
+		data := b.String()
+		rows, err := ParseStat([]byte(data))
+		r := csv.NewReader(strings.NewReader(data[2:]))
+		r.FieldsPerRecord = -1
+		recs, cerr := r.ReadAll()
+		if (err != nil) != (cerr != nil) {
+			t.Fatalf("round %d: ParseStat error %v, encoding/csv error %v\n%s", round, err, cerr, data)
+		}
+		if err != nil {
+			continue
+		}
+		var want [][]string
+		for _, rec := range recs[1:] {
+			if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+				continue
+			}
+			want = append(want, rec)
+		}
+		if len(rows) != len(want) {
+			t.Fatalf("round %d: %d rows, want %d\n%q", round, len(rows), len(want), data)
+		}
+		for i, rec := range want {
+			got := rows[i].Fields(nil, cols+5)
+			if !slices.Equal(got, rec) {
+				t.Fatalf("round %d row %d: Fields %q, want %q\n%q", round, i, got, rec, data)
+			}
+			for c := range cols + 2 {
+				w := ""
+				if c < len(rec) {
+					w = rec[c]
+				}
+				if g := rows[i].At(c); g != w {
+					t.Fatalf("round %d row %d: At(%d) = %q, want %q\n%q", round, i, c, g, w, data)
+				}
+			}
+		}
 	}
 }

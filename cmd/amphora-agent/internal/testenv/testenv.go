@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,6 +81,13 @@ type Env struct {
 	Extra string
 	// Env is added to the agent's environment (NOTIFY_SOCKET=..., say).
 	Env []string
+	// Credential, when set, runs the agent as that user (the test makes
+	// Dir readable to it).
+	Credential *syscall.Credential
+	// Wrap, when set, is a command the agent runs under: the agent's
+	// command line follows it, and it must exec the agent (so that the
+	// agent keeps its pid), as `unshare -m ...` does.
+	Wrap []string
 
 	namespace string
 
@@ -198,9 +206,13 @@ func (e *Env) Start() {
 		e.write(e.ConfigPath, []byte(e.Config()))
 	}
 	e.out = &SyncBuffer{}
-	e.cmd = exec.Command(Binary(t), "--config-file", e.ConfigPath)
+	argv := append(append([]string(nil), e.Wrap...), Binary(t), "--config-file", e.ConfigPath)
+	e.cmd = exec.Command(argv[0], argv[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
 	e.cmd.Env = append(withoutServiceManager(os.Environ()), e.Env...)
+	if e.Credential != nil {
+		e.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: e.Credential}
+	}
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

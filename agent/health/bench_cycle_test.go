@@ -1,0 +1,57 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/amphora-agent/amphora-agent/haproxy"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
+)
+
+// BenchmarkHeartbeatCycle is one whole heartbeat cycle of the sender (LB
+// listing, pid check, `show stat` from a real HAProxy, message, zlib,
+// HMAC, counter file, send) for 1 LB × 10 listeners × 250 members (make
+// bench; skipped without haproxy). Member ids are random-looking UUIDs.
+func BenchmarkHeartbeatCycle(b *testing.B) {
+	const lb = "5e0b1a29-8c7d-4e6f-90a1-b2c3d4e5f607"
+	const listeners, members = 10, 250
+	base := haproxytest.ShortDir(b)
+	layout := haproxy.Layout{Base: base}
+	if err := os.MkdirAll(layout.Dir(lb), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global\n    maxconn 200\n    stats socket %s mode 0666 level user\n"+
+		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n", layout.SocketPath(lb))
+	n := 1000
+	for range listeners {
+		lid, pool := uuid(n), uuid(n+1)
+		n += 2
+		fmt.Fprintf(&cfg, "frontend %s\n    bind 127.0.0.1:%d\n    default_backend %s:%s\nbackend %s:%s\n",
+			lid, haproxytest.FreePort(b), pool, lid, pool, lid)
+		for range members {
+			fmt.Fprintf(&cfg, "    server %s 127.0.0.1:9 weight 1\n", uuid(n))
+			n++
+		}
+	}
+	haproxytest.Start(b, haproxytest.Options{
+		Config: cfg.String(), Dir: base, ConfigPath: layout.ConfigPath(lb), PidFile: layout.PidPath(lb),
+		StatsSocket: layout.SocketPath(lb),
+	})
+	hm := listen(b, "udp4", "127.0.0.1:0")
+	var size int
+	s := New(Options{Config: testConfig(base, hm.dest()), LVS: NoLVS{}, Sent: func(_ string, d []byte) { size = len(d) }})
+	ctx := context.Background()
+	s.Cycle(ctx)
+	if size == 0 {
+		b.Fatal("no heartbeat sent")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Cycle(ctx)
+	}
+	b.ReportMetric(float64(size), "datagram-bytes")
+}

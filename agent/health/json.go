@@ -1,0 +1,144 @@
+package health
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// appendMessage appends msg as JSON, byte for byte what encoding/json
+// writes for it (struct fields in order, map keys sorted, HTML-safe
+// escaping), without reflection: the heartbeat encodes thousands of
+// members every interval. sc is scratch space reused between calls.
+func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, msg.ID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, msg.Seq, 10)
+	b = append(b, `,"listeners":{`...)
+	sc.keys = sortedKeys(sc.keys[:0], msg.Listeners)
+	for i, k := range sc.keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		l := msg.Listeners[k]
+		b = appendJSONString(b, k)
+		b = append(b, `:{"status":`...)
+		b = appendJSONString(b, l.Status)
+		b = append(b, `,"stats":{"tx":`...)
+		b = strconv.AppendInt(b, l.Stats.TX, 10)
+		b = append(b, `,"rx":`...)
+		b = strconv.AppendInt(b, l.Stats.RX, 10)
+		b = append(b, `,"conns":`...)
+		b = strconv.AppendInt(b, l.Stats.Conns, 10)
+		b = append(b, `,"totconns":`...)
+		b = strconv.AppendInt(b, l.Stats.TotConns, 10)
+		b = append(b, `,"ereq":`...)
+		b = strconv.AppendInt(b, l.Stats.Ereq, 10)
+		b = append(b, "}}"...)
+	}
+	b = append(b, `},"pools":{`...)
+	sc.keys = sortedKeys(sc.keys[:0], msg.Pools)
+	for i, k := range sc.keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		p := msg.Pools[k]
+		b = appendJSONString(b, k)
+		b = append(b, `:{"status":`...)
+		b = appendJSONString(b, p.Status)
+		b = append(b, `,"members":{`...)
+		sc.members = sortedKeys(sc.members[:0], p.Members)
+		for j, m := range sc.members {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, m)
+			b = append(b, ':')
+			b = appendJSONString(b, p.Members[m])
+		}
+		b = append(b, "}}"...)
+	}
+	b = append(b, `},"ver":`...)
+	b = strconv.AppendInt(b, int64(msg.Ver), 10)
+	b = append(b, '}')
+	return b
+}
+
+// jsonScratch holds the sorted keys of one message being written.
+type jsonScratch struct{ keys, members []string }
+
+func sortedKeys[V any](dst []string, m map[string]V) []string {
+	for k := range m {
+		dst = append(dst, k)
+	}
+	slices.Sort(dst)
+	return dst
+}
+
+const hexDigits = "0123456789abcdef"
+
+// jsonPlain marks the bytes written as they are: printable ASCII other
+// than the quote, the backslash and the HTML characters <, > and &.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = !strings.ContainsRune(`"\<>&`, rune(c))
+	}
+	return t
+}()
+
+// appendJSONString writes s as encoding/json does: <, > and & as \u00XX,
+// short escapes for \b \f \n \r \t, other control characters as \u00XX,
+// invalid UTF-8 as \ufffd, and U+2028/U+2029 escaped.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if jsonPlain[c] {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

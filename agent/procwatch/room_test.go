@@ -1,0 +1,116 @@
+package procwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sleeper is a Spec for a daemon that runs sleep, writes its pid file
+// only when writePid, and whose folder has room only while room() says
+// so. cmds collects the commands started.
+func sleeper(t *testing.T, writePid bool, room func() bool, cmds *[]*exec.Cmd) Spec {
+	dir := t.TempDir()
+	pidPath := filepath.Join(dir, "daemon.pid")
+	script := "exec sleep 30"
+	if writePid {
+		script = "echo $$ > " + pidPath + "; " + script
+	}
+	// A start the test wrongly let through leaves no sleep behind.
+	t.Cleanup(func() {
+		for _, cmd := range *cmds {
+			if cmd.Process == nil {
+				continue
+			}
+			// Only while the pid is still this test's sleep.
+			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)); err == nil && strings.TrimSpace(string(comm)) == "sleep" {
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return Spec{
+		Name: "daemon",
+		Command: func() (*exec.Cmd, error) {
+			cmd := exec.Command("sh", "-c", script)
+			*cmds = append(*cmds, cmd)
+			return cmd, nil
+		},
+		PidPath:      pidPath,
+		LogPath:      filepath.Join(dir, "daemon.log"),
+		StatePath:    filepath.Join(dir, "state.json"),
+		Ours:         func([]string) bool { return false },
+		StartTimeout: 500 * time.Millisecond,
+		Room: func(dir string) error {
+			if room() {
+				return nil
+			}
+			return &os.PathError{Op: "write", Path: filepath.Join(dir, ".room-1"), Err: syscall.ENOSPC}
+		},
+	}
+}
+
+// On a full disk nothing is started: the error says the disk is full.
+func TestStartWithoutRoomStartsNothing(t *testing.T) {
+	var cmds []*exec.Cmd
+	done := make(chan struct{})
+	defer close(done)
+	d := NewDaemon(sleeper(t, true, func() bool { return false }, &cmds), done)
+	d.Lock()
+	defer d.Unlock()
+	err := d.StartLocked(context.Background())
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("start on a full disk: %v", err)
+	}
+	if len(cmds) != 1 || cmds[0].Process != nil || d.ProcLocked() != nil {
+		t.Fatalf("a process started on a full disk: %d commands, process %v", len(cmds), d.ProcLocked())
+	}
+}
+
+// A daemon that never wrote its pid file does not count as started, even
+// when it is otherwise ready: it is killed, and when the disk filled up
+// after the check the error and the output say so.
+func TestStartWithoutPidFileKillsTheDaemon(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) {
+			var cmds []*exec.Cmd
+			checks := 0
+			room := func() bool { checks++; return !full || checks == 1 }
+			done := make(chan struct{})
+			defer close(done)
+			d := NewDaemon(sleeper(t, false, room, &cmds), done)
+			d.Lock()
+			defer d.Unlock()
+			err := d.StartLocked(context.Background())
+			if err == nil || d.ProcLocked() != nil || len(cmds) != 1 {
+				t.Fatalf("start without a pid file: %v, process %v, %d commands", err, d.ProcLocked(), len(cmds))
+			}
+			if errors.Is(err, syscall.ENOSPC) != full || strings.Contains(Output(err), "no space left on device") != full {
+				t.Fatalf("full disk %v, error %q, output %q", full, err, Output(err))
+			}
+			if perr := syscall.Kill(cmds[0].Process.Pid, 0); !errors.Is(perr, syscall.ESRCH) {
+				t.Fatalf("daemon %d still there after the failed start: %v", cmds[0].Process.Pid, perr)
+			}
+		})
+	}
+}
+
+// The real probe leaves nothing behind.
+func TestProbeRoom(t *testing.T) {
+	dir := t.TempDir()
+	if err := probeRoom(dir); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("probe left %v", entries)
+	}
+	if err := probeRoom(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("probe of a missing folder passed")
+	}
+}

@@ -1,0 +1,187 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Live is what only the running agent knows; it sends it on the status
+// socket and the status command merges it into what it read itself.
+type Live struct {
+	Pid         int                `json:"pid"`
+	Version     string             `json:"version"`
+	StartedAt   time.Time          `json:"started_at"`
+	ConfigFiles []string           `json:"config_files"`
+	Ready       bool               `json:"ready"`
+	Log         string             `json:"log"`
+	Daemons     map[string]History `json:"daemons"`  // keys: DaemonKey
+	Reloads     map[string]Reload  `json:"reloads"`  // by load balancer
+	Refusals    map[string]string  `json:"refusals"` // why a kept failed config was refused, by load balancer
+	Heartbeat   Heartbeat          `json:"heartbeat"`
+}
+
+// History is a supervised daemon's record since the agent started.
+type History struct {
+	Respawns   int       `json:"respawns"`
+	LastExit   string    `json:"last_exit,omitempty"`
+	LastExitAt time.Time `json:"last_exit_at,omitzero"`
+}
+
+// DaemonKey names a daemon in Live.Daemons: "haproxy/<lb>", "vrrp" or
+// "lvs/<listener>".
+func DaemonKey(kind, id string) string {
+	if id == "" {
+		return kind
+	}
+	return kind + "/" + id
+}
+
+// Merge adds what the running agent told into r.
+func Merge(r *Report, l *Live) {
+	r.Agent.Running = true
+	r.Agent.Pid, r.Agent.Version, r.Agent.StartedAt = l.Pid, l.Version, l.StartedAt
+	r.Agent.Ready, r.Agent.Log = l.Ready, l.Log
+	if len(l.ConfigFiles) > 0 {
+		r.Agent.ConfigFiles = l.ConfigFiles
+	}
+	history := func(p *Process, key string) {
+		h := l.Daemons[key]
+		n := h.Respawns
+		p.Respawns, p.LastExit, p.LastExitAt = &n, h.LastExit, h.LastExitAt
+	}
+	for i := range r.LoadBalancers {
+		lb := &r.LoadBalancers[i]
+		history(&lb.Process, DaemonKey("haproxy", lb.ID))
+		if rl, ok := l.Reloads[lb.ID]; ok {
+			lb.LastReload = &rl
+		}
+		if why, ok := l.Refusals[lb.ID]; ok && lb.FailedConfig != nil {
+			lb.FailedConfig.Why = why
+		}
+	}
+	if r.VRRP != nil {
+		history(&r.VRRP.Process, DaemonKey("vrrp", ""))
+	}
+	for i := range r.LVSListeners {
+		history(&r.LVSListeners[i].Process, DaemonKey("lvs", r.LVSListeners[i].ID))
+	}
+	hb := l.Heartbeat
+	hb.Destinations, hb.IntervalSec = r.Heartbeat.Destinations, r.Heartbeat.IntervalSec
+	r.Heartbeat = hb
+}
+
+// NotLive marks in r what it cannot know because the agent did not
+// answer (why).
+func NotLive(r *Report, why string) {
+	r.Unknown = append([]string{"the agent did not answer on " + r.Agent.Socket + " (" + why +
+		"): restarts, last reloads, readiness and heartbeats are not known"}, r.Unknown...)
+}
+
+// Serve answers every connection on a unix socket at path with the JSON
+// of live() and closes it, until ctx ends. The socket is 0600 from the
+// start (bound under a temporary name, then renamed into place) and a
+// peer that is neither root nor this process's user is refused, so that
+// only root reads it; it carries nothing but this one answer, and nothing
+// is listening on the network.
+func Serve(ctx context.Context, path string, live func() Live) error {
+	ln, err := listen(path)
+	if err != nil {
+		return err
+	}
+	go func() { <-ctx.Done(); ln.Close() }()
+	defer os.Remove(path)
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go answer(conn.(*net.UnixConn), live)
+	}
+}
+
+func listen(path string) (*net.UnixListener, error) {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".new")
+	os.Remove(tmp)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// The listener must not unlink the temporary name (renamed below) on
+	// close; Serve removes the socket itself.
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return ln, nil
+}
+
+func answer(conn *net.UnixConn, live func() Live) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if !trusted(conn) {
+		return
+	}
+	json.NewEncoder(conn).Encode(live())
+}
+
+// trusted reports whether the peer is root or this process's own user.
+func trusted(conn *net.UnixConn) bool {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return false
+	}
+	return cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
+}
+
+// Fetch asks the agent listening at path for its live state.
+func Fetch(ctx context.Context, path string) (*Live, error) {
+	var d net.Dialer
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	data, err := io.ReadAll(io.LimitReader(conn, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) == 0 {
+		return nil, errors.New("the agent closed the connection without an answer (not root?)")
+	}
+	var l Live
+	if err := json.Unmarshal(data, &l); err != nil {
+		return nil, fmt.Errorf("unreadable answer: %w", err)
+	}
+	return &l, nil
+}

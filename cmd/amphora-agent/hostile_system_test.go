@@ -1,0 +1,528 @@
+//go:build system
+
+package main
+
+// The hostile-input suite (issue 11, item 14): the real binary over
+// mutual TLS, attacked the way the issue's tester attacked it. Every case
+// asserts the answer and that nothing the agent keeps on disk changed
+// (a snapshot of the agent's whole folder: config, certificates,
+// base_path, base_cert_dir, interface files). The slow uploader's effect
+// on the mutation lock is also unit-tested in agent/api/slowbody_test.go.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/md5"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+)
+
+const (
+	hostileLB    = "6a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+	hostileLimit = 64 << 10 // max_upload_size of the suite's agent
+	hostileRead  = 2        // agent_request_read_timeout: the request budget, seconds
+)
+
+// hostileRig is one agent holding a load balancer's config and a
+// certificate, with files a traversal would aim at.
+type hostileRig struct {
+	t    *testing.T
+	e    *testenv.Env
+	base string
+	cfg  string
+}
+
+// newHostileRig starts the agent with a request budget of readTimeout
+// seconds.
+func newHostileRig(t *testing.T, readTimeout int) *hostileRig {
+	t.Helper()
+	e := testenv.New(t)
+	e.Extra = fmt.Sprintf("[amphora_agent]\nmax_upload_size = %d\nagent_request_read_timeout = %d\n", hostileLimit, readTimeout)
+	e.Start()
+	h := &hostileRig{t: t, e: e, base: e.Path("lib")}
+	h.cfg = plainLBConfig(h.base, hostileLB, "127.0.0.1:8081", "127.0.0.1:8443")
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+hostileLB+"/haproxy", []byte(h.cfg)); status != 202 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+hostileLB+"/certificates/x.pem", []byte("pem")); status != 200 {
+		t.Fatalf("certificate upload: %d %s", status, body)
+	}
+	for _, p := range []string{"victim.pem", "lib/victim.pem", "lib/certs/victim.pem", "interfaces/eth9.json"} {
+		if err := os.WriteFile(e.Path(p), []byte("kept: "+p), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// unchanged runs fn and fails the test if any file of the agent changed.
+func (h *hostileRig) unchanged(what string, fn func()) {
+	h.t.Helper()
+	before := snapshot(h.t, h.e.Dir)
+	fn()
+	if diff := snapshotDiff(before, snapshot(h.t, h.e.Dir)); diff != "" {
+		h.t.Errorf("%s changed the agent's files:\n%s", what, diff)
+	}
+}
+
+// raw opens a mutual-TLS connection for hand-made requests.
+func (h *hostileRig) raw() *tls.Conn {
+	h.t.Helper()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", h.e.Addr(), h.e.ClientTLS())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readAnswer reads one response from c within limit.
+func readAnswer(c net.Conn, limit time.Duration) (*http.Response, []byte, error) {
+	c.SetReadDeadline(time.Now().Add(limit))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, body, err
+}
+
+// isErrorShape reports whether body is one of the spec's two JSON error
+// shapes.
+func isErrorShape(body []byte) bool {
+	var v map[string]any
+	if json.Unmarshal(body, &v) != nil {
+		return false
+	}
+	_, a := v["message"].(string)
+	_, b := v["error"].(string)
+	return a || b
+}
+
+// TestHostileTraversal sends path-traversal and otherwise unsafe ids and
+// filenames to every route that takes one: each is refused or answered as
+// unknown in JSON, never a 200 for a read, and no file changes.
+func TestHostileTraversal(t *testing.T) {
+	h := newHostileRig(t, hostileRead)
+	e := h.e
+	// (A backslash is an ordinary character on Linux: "..\x.pem" is a
+	// file inside the load balancer's folder, not a traversal.)
+	ids := []string{
+		"..", ".", "...", "%2e%2e", "%2E%2E", "..%2f..", "%2e%2e%2f%2e%2e%2fvictim.pem", "..%2fvictim.pem",
+		"%00", "x%00.pem", hostileLB + "%2f..", "~", "*", "-rf", "--help", "%0a",
+		"certs", "vrrp", strings.Repeat("a", 300), strings.Repeat("a", 300) + ".pem", "%c0%ae%c0%ae",
+	}
+	routes := []struct{ method, path string }{
+		{"PUT", "/1.0/loadbalancer/" + e.AmphoraID + "/{}/haproxy"},
+		{"PUT", "/1.0/loadbalancer/{}/" + hostileLB + "/haproxy"},
+		{"GET", "/1.0/loadbalancer/{}/haproxy"},
+		{"PUT", "/1.0/loadbalancer/{}/start"},
+		{"PUT", "/1.0/loadbalancer/{}/stop"},
+		{"PUT", "/1.0/loadbalancer/{}/reload"},
+		{"DELETE", "/1.0/listeners/{}"},
+		{"PUT", "/1.0/loadbalancer/{}/certificates/x.pem"},
+		{"GET", "/1.0/loadbalancer/{}/certificates/x.pem"},
+		{"DELETE", "/1.0/loadbalancer/{}/certificates/x.pem"},
+		{"PUT", "/1.0/loadbalancer/" + hostileLB + "/certificates/{}"},
+		{"GET", "/1.0/loadbalancer/" + hostileLB + "/certificates/{}"},
+		{"DELETE", "/1.0/loadbalancer/" + hostileLB + "/certificates/{}"},
+		{"PUT", "/1.0/listeners/" + e.AmphoraID + "/{}/udp_listener"},
+		{"GET", "/1.0/listeners/{}/udp_listener"},
+		{"GET", "/1.0/interface/{}"},
+		{"PUT", "/1.0/interface/{}/rules"},
+		{"PUT", "/1.0/vrrp/{}"},
+	}
+	n := 0
+	h.unchanged("traversal requests", func() {
+		for _, r := range routes {
+			for _, id := range ids {
+				if (id == "certs" || id == "vrrp") && strings.HasSuffix(r.path, "/"+hostileLB+"/haproxy") {
+					// Fine amphora ids: the upload would go through.
+					continue
+				}
+				path := strings.ReplaceAll(r.path, "{}", id)
+				var body []byte
+				if r.method == "PUT" {
+					body = []byte(h.cfg)
+				}
+				status, ctype, resp := e.Do(r.method, path, body)
+				n++
+				ok := status == 400 || status == 404 || status == 405 || (status == 200 && r.method == "DELETE")
+				if !ok || ctype != "application/json" || !isErrorShape(resp) && status != 200 {
+					t.Errorf("%s %s: %d %s %s", r.method, path, status, ctype, resp)
+				}
+			}
+		}
+	})
+	t.Logf("%d traversal requests", n)
+	// What the traversals aimed at is still served as before.
+	if status, _, body := e.Do("GET", "/1.0/loadbalancer/"+hostileLB+"/certificates/x.pem", nil); status != 200 {
+		t.Errorf("the load balancer's certificate after the traversals: %d %s", status, body)
+	}
+}
+
+// TestHostileBodies: oversized (announced or not), slow, endless and
+// truncated bodies are each answered 400 in JSON within the request
+// budget, and change nothing; a slow uploader holds up no other mutation.
+func TestHostileBodies(t *testing.T) {
+	h := newHostileRig(t, hostileRead)
+	e := h.e
+	budget := hostileRead * time.Second
+	uploads := []string{
+		"/1.0/config", "/1.0/certificate", "/1.0/loadbalancer/" + e.AmphoraID + "/" + hostileLB + "/haproxy",
+		"/1.0/loadbalancer/" + hostileLB + "/certificates/x.pem", "/1.0/vrrp/upload",
+	}
+	big := bytes.Repeat([]byte("A"), hostileLimit+1)
+	h.unchanged("oversized bodies", func() {
+		for _, path := range uploads {
+			// Announced with Content-Length, and sent chunked.
+			status, ctype, resp := e.Do("PUT", path, big)
+			if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), "Request body too large") {
+				t.Errorf("PUT %s with %d bytes: %d %s %s", path, len(big), status, ctype, resp)
+			}
+			req, _ := http.NewRequest("PUT", e.URL(path), io.MultiReader(bytes.NewReader(big)))
+			res, err := e.Client().Do(req)
+			if err != nil {
+				t.Fatalf("chunked PUT %s: %v", path, err)
+			}
+			answer, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 400 || !strings.Contains(string(answer), "Request body too large") {
+				t.Errorf("chunked PUT %s with %d bytes: %d %s", path, len(big), res.StatusCode, answer)
+			}
+		}
+	})
+
+	for _, path := range uploads {
+		h.unchanged("a slow body to "+path, func() {
+			slow := h.raw()
+			fmt.Fprintf(slow, "PUT %s HTTP/1.1\r\nHost: amp\r\nContent-Length: 1000\r\n\r\n0123456789", path)
+			// Meanwhile another mutation goes through at once.
+			start := time.Now()
+			if status, _, body := e.Do("DELETE", "/1.0/listeners/unknown", nil); status != 200 || time.Since(start) > budget/2 {
+				t.Errorf("a mutation behind a slow upload: %d %s after %v", status, body, time.Since(start))
+			}
+			resp, body, err := readAnswer(slow, budget+5*time.Second)
+			if err != nil || resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/json" || !isErrorShape(body) {
+				t.Errorf("slow body to %s: %v %v %s", path, resp, err, body)
+			}
+		})
+	}
+
+	h.unchanged("an endless body", func() {
+		endless := h.raw()
+		fmt.Fprintf(endless, "PUT /1.0/config HTTP/1.1\r\nHost: amp\r\nTransfer-Encoding: chunked\r\n\r\n")
+		stop := make(chan struct{})
+		var writer sync.WaitGroup
+		writer.Add(1)
+		go func() {
+			defer writer.Done()
+			chunk := []byte(fmt.Sprintf("%x\r\n%s\r\n", 4096, bytes.Repeat([]byte("B"), 4096)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				endless.SetWriteDeadline(time.Now().Add(time.Second))
+				if _, err := endless.Write(chunk); err != nil && !isTimeoutErr(err) {
+					return
+				}
+			}
+		}()
+		start := time.Now()
+		resp, body, err := readAnswer(endless, budget+5*time.Second)
+		close(stop)
+		endless.Close()
+		writer.Wait()
+		if err != nil || resp.StatusCode != 400 || !strings.Contains(string(body), "Request body too large") {
+			t.Errorf("endless body: %v %v %s after %v", resp, err, body, time.Since(start))
+		}
+	})
+
+	h.unchanged("a body shorter than announced", func() {
+		short := h.raw()
+		fmt.Fprintf(short, "PUT /1.0/certificate HTTP/1.1\r\nHost: amp\r\nContent-Length: 1000\r\n\r\n0123456789")
+		short.CloseWrite()
+		resp, body, err := readAnswer(short, budget+5*time.Second)
+		if err != nil || resp.StatusCode != 400 || !isErrorShape(body) {
+			t.Errorf("truncated body: %v %v %s", resp, err, body)
+		}
+	})
+}
+
+func isTimeoutErr(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// TestHostileJSON: bodies of the JSON endpoints that are no JSON, the
+// wrong JSON, or JSON with addresses that do not fit together are 400s
+// in the spec's shapes (naming the field where the agent adds a check),
+// and change nothing.
+func TestHostileJSON(t *testing.T) {
+	h := newHostileRig(t, hostileRead)
+	e := h.e
+	bad := []string{
+		"", "{", "}", "[]", "null", "true", `"text"`, "0", "1e999", "{\"subnet_cidr\": 5}", "\xff\xfe{}",
+		strings.Repeat("[", 100000) + strings.Repeat("]", 100000), `{"a":` + strings.Repeat(`{"a":`, 5000) + "1" + strings.Repeat("}", 5001),
+		`{"mac_address": "fa:16:3e:00:00:01", "fixed_ips": "x"}`, `{"mac_address": ["x"]}`,
+	}
+	routes := []string{"POST /1.0/plug/vip/203.0.113.10", "POST /1.0/plug/network", "PUT /1.0/interface/203.0.113.10/rules"}
+	h.unchanged("malformed JSON", func() {
+		for _, route := range routes {
+			method, path, _ := strings.Cut(route, " ")
+			for _, body := range bad {
+				status, ctype, resp := e.Do(method, path, []byte(body))
+				// The rules route looks the address up first: 404.
+				if (status != 400 && status != 404) || ctype != "application/json" || !isErrorShape(resp) {
+					t.Errorf("%s %.40q: %d %s %s", route, body, status, ctype, resp)
+				}
+			}
+		}
+	})
+	vip := func(extra string) string {
+		return `{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": "fa:16:3e:00:00:01"` + extra + "}"
+	}
+	fields := []struct{ path, body, names string }{
+		{"/1.0/plug/vip/198.51.100.10", vip(""), "is not in subnet"},
+		{"/1.0/plug/vip/203.0.113.10", vip(`, "vrrp_ip": "2001:db8::4"`), "vrrp_ip"},
+		{"/1.0/plug/vip/203.0.113.10", vip(`, "host_routes": [{"destination": "nowhere", "nexthop": "203.0.113.5"}]`), "host_routes[0].destination"},
+		{"/1.0/plug/vip/203.0.113.10", vip(`, "host_routes": [{"destination": "198.51.100.0/24", "nexthop": "x"}]`), "host_routes[0].nexthop"},
+		{"/1.0/plug/network", `{"mac_address": "fa:16:3e:00:00:02", "fixed_ips": [{"ip_address": "198.51.100.5", "subnet_cidr": "198.51.100.0/24",
+			"host_routes": [{"destination": "10.0.0.0/8", "nexthop": "2001:db8::1"}]}]}`, "fixed_ips[0].host_routes[0].nexthop"},
+	}
+	h.unchanged("plug requests with mismatched addresses", func() {
+		for _, f := range fields {
+			status, _, resp := e.Do("POST", f.path, []byte(f.body))
+			if status != 400 || !strings.Contains(string(resp), f.names) {
+				t.Errorf("POST %s %s: %d %s (want 400 naming %s)", f.path, f.body, status, resp, f.names)
+			}
+		}
+	})
+}
+
+// TestHostileHTTP: requests net/http cannot read (a broken request line,
+// a header block over the 64 KiB limit, no Host, an unknown transfer
+// encoding) get the spec's JSON error shape like every other error.
+func TestHostileHTTP(t *testing.T) {
+	h := newHostileRig(t, hostileRead)
+	cases := []struct {
+		name, request string
+		status        int
+	}{
+		{"broken request line", "GARBAGE\r\n\r\n", 400},
+		{"request line without version", "GET /\r\n\r\n", 400},
+		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400},
+		{"header over the limit", "GET / HTTP/1.1\r\nHost: amp\r\nX-Big: " + strings.Repeat("x", 70<<10) + "\r\n\r\n", 431},
+		{"unknown transfer encoding", "PUT /1.0/config HTTP/1.1\r\nHost: amp\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+		{"header without colon", "GET / HTTP/1.1\r\nHost: amp\r\nnonsense\r\n\r\n", 400},
+		// The preface reaches the router as a request for "*".
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 404},
+		{"HTTP/2.0 request", "GET / HTTP/2.0\r\nHost: amp\r\n\r\n", 505},
+		{"unknown expectation", "PUT /1.0/config HTTP/1.1\r\nHost: amp\r\nExpect: magic\r\nContent-Length: 1\r\n\r\nx", 417},
+		{"two lengths", "PUT /1.0/config HTTP/1.1\r\nHost: amp\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy", 400},
+	}
+	h.unchanged("unreadable requests", func() {
+		for _, c := range cases {
+			conn := h.raw()
+			conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(conn, c.request)
+			resp, body, err := readAnswer(conn, 10*time.Second)
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+				continue
+			}
+			var shape struct {
+				Error    string `json:"error"`
+				HTTPCode int    `json:"http_code"`
+			}
+			if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/json" ||
+				json.Unmarshal(body, &shape) != nil || shape.HTTPCode != c.status ||
+				!strings.HasPrefix(shape.Error, fmt.Sprintf("%d %s: ", c.status, http.StatusText(c.status))) {
+				t.Errorf("%s: %d %q %s", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+		}
+	})
+}
+
+// TestHostileConcurrency: 20 uploads of different configs and 20 of
+// different certificate bodies to the same names at once, with deletes of
+// reserved ids among them. Every stored file is exactly one of the
+// uploads (never torn), the certificate's md5 matches its file, no
+// temporary file stays, and nothing else changes.
+func TestHostileConcurrency(t *testing.T) {
+	h := newHostileRig(t, 60)
+	e := h.e
+	const n = 20
+	configs, certBodies := make([]string, n), make([]string, n)
+	for i := range configs {
+		configs[i] = h.cfg + fmt.Sprintf("# generation %d\n%s", i, strings.Repeat("#\n", i*100))
+		certBodies[i] = fmt.Sprintf("certificate %d\n%s", i, strings.Repeat("c", i*1000))
+	}
+	cfgPath := filepath.Join(h.base, hostileLB, "haproxy.cfg")
+	certPath := filepath.Join(h.base, "certs", hostileLB, "x.pem")
+	before := snapshot(t, e.Dir)
+	var wg sync.WaitGroup
+	errs := make(chan string, 3*n)
+	for i := 0; i < n; i++ {
+		wg.Add(3)
+		go func(i int) {
+			defer wg.Done()
+			if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+hostileLB+"/haproxy", []byte(configs[i])); status != 202 {
+				errs <- fmt.Sprintf("upload %d: %d %s", i, status, body)
+			}
+		}(i)
+		go func(i int) {
+			defer wg.Done()
+			if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+hostileLB+"/certificates/x.pem", []byte(certBodies[i])); status != 200 {
+				errs <- fmt.Sprintf("certificate %d: %d %s", i, status, body)
+			}
+		}(i)
+		go func(i int) {
+			defer wg.Done()
+			id := []string{"vrrp", "certs", "lvs", "unknown"}[i%4]
+			if status, _, body := e.Do("DELETE", "/1.0/listeners/"+id, nil); status != 200 {
+				errs <- fmt.Sprintf("delete %s: %d %s", id, status, body)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
+	}
+	stored, _ := os.ReadFile(cfgPath)
+	if !slices.Contains(configs, string(stored)) {
+		t.Errorf("stored config is none of the uploads (%d bytes)", len(stored))
+	}
+	cert, _ := os.ReadFile(certPath)
+	if !slices.Contains(certBodies, string(cert)) {
+		t.Errorf("stored certificate is none of the uploads (%d bytes)", len(cert))
+	}
+	sum := md5.Sum(cert)
+	if status, _, body := e.Do("GET", "/1.0/loadbalancer/"+hostileLB+"/certificates/x.pem", nil); status != 200 ||
+		!strings.Contains(string(body), hex.EncodeToString(sum[:])) {
+		t.Errorf("certificate md5 after the race: %d %s", status, body)
+	}
+	// Only the two target files may differ.
+	after := snapshot(t, e.Dir)
+	for _, line := range strings.Split(snapshotDiff(before, after), "\n") {
+		if line != "" && !strings.HasPrefix(line, "~ /lib/"+hostileLB+"/haproxy.cfg ") && !strings.HasPrefix(line, "~ /lib/certs/"+hostileLB+"/x.pem ") {
+			t.Errorf("changed by the race: %s", line)
+		}
+	}
+}
+
+// TestReservedIDsChangeNothing sends the agent's own names under base_path
+// as load balancer ids, over mutual TLS to the real binary: every upload
+// is refused with a 400 in the spec's shape, every delete and action gets
+// the unknown-id answer, and no file under base_path changes. A real
+// delete afterwards removes only that load balancer's files.
+func TestReservedIDsChangeNothing(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	const lb = "5b6c3d0e-7f1a-4b2c-9d3e-0f1a2b3c4d5e"
+	base := e.Path("lib")
+	cfg := []byte(plainLBConfig(base, lb, "127.0.0.1:8081", "127.0.0.1:8443"))
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+lb+"/haproxy", cfg); status != 202 {
+		t.Fatalf("upload %s: %d %s", lb, status, body)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/certificates/x.pem", []byte("pem")); status != 200 {
+		t.Fatalf("certificate upload: %d %s", status, body)
+	}
+	// Stand-ins for what VRRP, LVS, the network calls and the heartbeat
+	// keep under base_path, and a folder that is no load balancer.
+	for _, p := range []string{
+		"vrrp/octavia-keepalived.conf", "vrrp/agent-state.json", "vrrp/check_script.sh",
+		"vrrp/check_scripts/haproxy_check_script.sh", "lvs/octavia-keepalivedlvs-l1.conf",
+		"plugged_interfaces", "nftables-vip.rules", "stats_counters.json", "stray/notes",
+	} {
+		path := filepath.Join(base, p)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("kept: "+p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := snapshot(t, base)
+
+	reserved := []string{"vrrp", "lvs", "certs", "plugged_interfaces"}
+	// Names with a dot never pass the id pattern; they are answered alike.
+	dotted := []string{lb + ".sock", "stats_counters.json", "nftables-vip.rules", "haproxy-default-user-group.conf"}
+	for _, id := range append(append([]string{}, reserved...), dotted...) {
+		status, ctype, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+id+"/haproxy", cfg)
+		var answer struct{ Message, Details string }
+		if err := json.Unmarshal(body, &answer); err != nil || status != 400 || ctype != "application/json" || answer.Message != "Invalid request" ||
+			!strings.Contains(answer.Details, `"`+id+`"`) {
+			t.Errorf("upload %s: %d %s %s", id, status, ctype, body)
+		}
+		if !strings.Contains(id, ".") && !strings.Contains(answer.Details, "is reserved") {
+			t.Errorf("upload %s: %s does not say the id is reserved", id, body)
+		}
+		if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+id+"/certificates/x.pem", []byte("pem")); status != 400 {
+			t.Errorf("certificate upload for %s: %d %s", id, status, body)
+		}
+		if status, _, body := e.Do("DELETE", "/1.0/listeners/"+id, nil); status != 200 || string(body) != `{"message":"OK"}` {
+			t.Errorf("delete %s: %d %s", id, status, body)
+		}
+		notFound := `{"message":"Loadbalancer Not Found","details":"No loadbalancer with UUID: ` + id + `"}`
+		for _, action := range []string{"start", "stop", "reload"} {
+			if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+id+"/"+action, nil); status != 404 || string(body) != notFound {
+				t.Errorf("%s %s: %d %s", action, id, status, body)
+			}
+		}
+		if status, _, body := e.Do("GET", "/1.0/loadbalancer/"+id+"/haproxy", nil); status != 404 || string(body) != notFound {
+			t.Errorf("config of %s: %d %s", id, status, body)
+		}
+	}
+	for _, id := range []string{"stray", "unknown"} {
+		if status, _, body := e.Do("DELETE", "/1.0/listeners/"+id, nil); status != 200 || string(body) != `{"message":"OK"}` {
+			t.Errorf("delete %s: %d %s", id, status, body)
+		}
+	}
+	if diff := snapshotDiff(before, snapshot(t, base)); diff != "" {
+		t.Fatalf("base_path changed:\n%s", diff)
+	}
+
+	// The load balancer itself goes, with its certificates, and nothing else.
+	if status, _, body := e.Do("DELETE", "/1.0/listeners/"+lb, nil); status != 200 {
+		t.Fatalf("delete %s: %d %s", lb, status, body)
+	}
+	for _, p := range []string{filepath.Join(base, lb), filepath.Join(base, "certs", lb)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after delete: %v", p, err)
+		}
+	}
+	// With vrrp/check_script.sh present VRRP is in use, so the HAProxy
+	// check is refreshed without the deleted load balancer.
+	check := "/vrrp/check_scripts/haproxy_check_script.sh"
+	if got, err := os.ReadFile(filepath.Join(base, check)); err != nil || string(got) != "haproxy-vrrp-check ; exit $?" {
+		t.Errorf("check script after the delete: %q %v", got, err)
+	}
+	var lines []string
+	for _, l := range strings.Split(snapshotDiff(before, snapshot(t, base)), "\n") {
+		if l != "" && !strings.HasPrefix(l, "- /"+lb) && !strings.HasPrefix(l, "- /certs/"+lb) && !strings.HasPrefix(l, "~ "+check+" ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 0 {
+		t.Fatalf("deleting %s changed more than its files:\n%s", lb, strings.Join(lines, "\n"))
+	}
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	vnetns "github.com/vishvananda/netns"
+	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/haproxy/promex"
+	"github.com/amphora-agent/amphora-agent/netns"
+)
+
+// testMetricsServer serves pages of exporter, reached without a namespace.
+func testMetricsServer(t *testing.T, exporter string) *metricsServer {
+	t.Helper()
+	m := newMetricsServer("unused", "127.0.0.1:0", exporter, zap.NewNop())
+	m.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	m.utilization = func() (float64, float64, error) { return 50, 23.5, nil }
+	return m
+}
+
+// fakeExporter serves body at /metrics, as HAProxy's exporter does.
+func fakeExporter(t *testing.T, body string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+func scrape(t *testing.T, h http.Handler, method string) *http.Response {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	req, err := http.NewRequest(method, srv.URL+"/anything", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// Upstream's sample pair, through the HTTP layer: status, headers, body.
+func TestMetricsPage(t *testing.T) {
+	in, err := os.ReadFile("../../haproxy/promex/testdata/upstream_haproxy.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("../../haproxy/promex/testdata/upstream_octavia.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := testMetricsServer(t, fakeExporter(t, string(in)))
+	resp := scrape(t, m, http.MethodGet)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for k, v := range map[string]string{"Content-Type": "text/plain; version=0.0.4", "Cache-Control": "no-cache"} {
+		if got := resp.Header.Get(k); got != v {
+			t.Errorf("%s: %q, want %q", k, got, v)
+		}
+	}
+	if !resp.Close {
+		t.Error("connection not closed after the answer, as upstream does")
+	}
+	if string(body) != string(want) {
+		t.Fatalf("body differs from upstream's sample: %d bytes, want %d", len(body), len(want))
+	}
+}
+
+// 502 when HAProxy's exporter is not there or does not answer 200; 501
+// for methods upstream does not serve either.
+func TestMetricsErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer broken.Close()
+	for _, c := range []struct {
+		name, exporter, method string
+		want                   int
+	}{
+		{"nothing listens", closed, http.MethodGet, http.StatusBadGateway},
+		{"exporter error", strings.TrimPrefix(broken.URL, "http://"), http.MethodGet, http.StatusBadGateway},
+		{"POST", closed, http.MethodPost, http.StatusNotImplemented},
+	} {
+		resp := scrape(t, testMetricsServer(t, c.exporter), c.method)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: status %d, want %d", c.name, resp.StatusCode, c.want)
+		}
+	}
+}
+
+// An exporter that fails mid-page gives the scraper an error, never a
+// short page that parses.
+func TestMetricsCutShort(t *testing.T) {
+	exp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000000")
+		// Enough that the answer's head and part of its body are out.
+		io.WriteString(w, strings.Repeat("haproxy_process_listeners 3\n", 10000))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	defer exp.Close()
+	srv := httptest.NewServer(testMetricsServer(t, strings.TrimPrefix(exp.URL, "http://")))
+	defer srv.Close()
+	// The answer fails, at its head or in its body.
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("a page cut short read as complete")
+	}
+}
+
+// The endpoint opens once the namespace appears (the first plug creates
+// it after the agent starts) and moves to a namespace recreated under the
+// same name; the exporter is read inside it.
+func TestMetricsFollowNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	name := fmt.Sprintf("aa-metrics-%d", os.Getpid())
+	t.Cleanup(func() { vnetns.DeleteNamed(name) })
+	m := newMetricsServer(name, "127.0.0.1:19102", "127.0.0.1:19101", zap.NewNop())
+	m.utilization = func() (float64, float64, error) { return 1, 2, nil }
+	looked := make(chan bool, 100)
+	m.watched = func(open bool) {
+		select {
+		case looked <- open:
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// exporterIn serves a one-line page inside the namespace.
+	exporterIn := func(value int) {
+		ln, err := netns.Listen(name, "tcp", "127.0.0.1:19101")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "haproxy_process_listeners %d\n", value)
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+	// waitFor polls the endpoint from inside the namespace until its page
+	// ends with want.
+	waitFor := func(want string) {
+		t.Helper()
+		client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return netns.Dial(ctx, name, network, addr)
+			}}}
+		deadline := time.Now().Add(10 * time.Second)
+		var last string
+		for time.Now().Before(deadline) {
+			resp, err := client.Get("http://127.0.0.1:19102/metrics")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				last = fmt.Sprintf("%d %q", resp.StatusCode, b)
+				if resp.StatusCode == 200 && strings.HasSuffix(string(b), want) {
+					return
+				}
+			} else {
+				last = err.Error()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("no page ending in %q; last: %s", want, last)
+	}
+
+	// The server has looked for the namespace and not found it.
+	select {
+	case open := <-looked:
+		if open {
+			t.Fatal("endpoint open without a namespace")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server never looked for the namespace")
+	}
+	if err := netns.EnsureWith(name, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	exporterIn(1)
+	waitFor("octavia_loadbalancer_listeners 1\n")
+
+	if err := vnetns.DeleteNamed(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.EnsureWith(name, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	exporterIn(2)
+	waitFor("octavia_loadbalancer_listeners 2\n")
+}
+
+// extraSource adds one sample to one family.
+type extraSource struct{ family, sample string }
+
+func (e extraSource) WriteSamples(w io.Writer, family string) error {
+	if family == e.family {
+		_, err := io.WriteString(w, e.sample)
+		return err
+	}
+	return nil
+}
+
+// Series of another source (the UDP and SCTP listeners') join HAProxy's
+// in their family, asked for at each scrape, and the page still parses
+// with Prometheus's own text parser.
+func TestMetricsExtraSeries(t *testing.T) {
+	in, err := os.ReadFile("../../haproxy/promex/testdata/haproxy26_haproxy.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := testMetricsServer(t, fakeExporter(t, string(in)))
+	scrapes := 0
+	m.extra = func(context.Context) []promex.Source {
+		scrapes++
+		return []promex.Source{extraSource{"octavia_listener_bytes_in_total",
+			fmt.Sprintf("octavia_listener_bytes_in_total{listener=\"udp-%d\"} 7\n", scrapes)}}
+	}
+	for want := 1; want <= 2; want++ {
+		resp := scrape(t, m, http.MethodGet)
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatalf("scrape %d does not parse: %v", want, err)
+		}
+		var listeners []string
+		for _, s := range families["octavia_listener_bytes_in_total"].GetMetric() {
+			listeners = append(listeners, s.GetLabel()[0].GetValue())
+		}
+		if got := strings.Join(listeners, " "); got != promHTTP26+" "+promListener26+fmt.Sprintf(" udp-%d", want) {
+			t.Errorf("scrape %d: listeners %s", want, got)
+		}
+	}
+}
+
+// The listeners of the golden HAProxy 2.6 page.
+const (
+	promHTTP26     = "1a0c13c0-8e69-46c7-a68a-ca4937996d74"
+	promListener26 = "0b248d39-eb90-4180-91aa-5363be7df4db"
+)

@@ -1,0 +1,78 @@
+package netns
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	vnetns "github.com/vishvananda/netns"
+	"go.uber.org/zap"
+)
+
+// A socket opened by Listen or Dial lives in the namespace by that name
+// when it was opened; ID tells a namespace recreated under the same name.
+func TestSocketsInNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	name := fmt.Sprintf("aa-sock-%d", os.Getpid())
+	t.Cleanup(func() { vnetns.DeleteNamed(name) })
+	if err := EnsureWith(name, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	id1, err := ID(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen(name, "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "hello")
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, name, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(c)
+	c.Close()
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+
+	// Recreated: a new namespace under the old name, where nothing listens.
+	if err := vnetns.DeleteNamed(name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ID(name); err == nil {
+		t.Fatal("ID of a deleted namespace")
+	}
+	if err := EnsureWith(name, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	id2, err := ID(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id1 == id2 {
+		t.Fatalf("the recreated namespace has the old ID %d", id1)
+	}
+	if c, err := Dial(ctx, name, "tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("dialled the old namespace's listener from the new one")
+	}
+}
