@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -249,9 +251,17 @@ func (s Summary) FDsNeeded() uint64 {
 	if s.GlobalMaxconn <= 0 {
 		return 0
 	}
-	need := uint64(s.GlobalMaxconn)*fdsPerConn + fdSlack
+	// A maxconn near the int range would wrap around to a small need and
+	// pass the check: saturate instead.
+	hi, need := bits.Mul64(uint64(s.GlobalMaxconn), fdsPerConn)
+	need, carry := bits.Add64(need, fdSlack, 0)
 	if s.Splice {
-		need += uint64(s.GlobalMaxconn/4) * 2
+		var c uint64
+		need, c = bits.Add64(need, uint64(s.GlobalMaxconn/4)*2, 0)
+		carry += c
+	}
+	if hi != 0 || carry != 0 {
+		return math.MaxUint64
 	}
 	return need
 }
