@@ -54,6 +54,9 @@ type Store struct {
 	// FDLimit returns the open-files limit HAProxy will run under; nil
 	// means this process's hard RLIMIT_NOFILE.
 	FDLimit func() uint64
+	// Sandbox, when set, runs `haproxy -c` through it without root
+	// instead of through Runner.
+	Sandbox *CheckSandbox
 }
 
 // DefaultCheckTimeout bounds a validation: HAProxy checks a large config
@@ -140,7 +143,11 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 		return fault.Internalf("staging config: %w", err)
 	}
 	peer := PeerName(amphoraID)
-	if out, err := s.check(ctx, staged, peer); err != nil {
+	if out, err := s.check(ctx, lb, staged, peer); err != nil {
+		if errors.Is(err, errSandbox) {
+			os.Remove(staged)
+			return fault.Internalf("%w", err)
+		}
 		if rerr := os.Rename(staged, s.Layout.FailedPath(lb)); rerr != nil {
 			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
 		}
@@ -165,14 +172,26 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 
 // check runs HAProxy's own validation, exactly as every later start and
 // reload loads the config (same -f files, same -L peer).
-func (s *Store) check(ctx context.Context, path, peer string) (string, error) {
+func (s *Store) check(ctx context.Context, lb, path, peer string) (string, error) {
 	timeout := s.CheckTimeout
 	if timeout <= 0 {
 		timeout = DefaultCheckTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := s.Runner.CombinedOutput(ctx, s.HAProxyCmd, "-c", "-L", peer, "-f", path, "-f", s.UserGroupFile)
+	args := []string{"-c", "-L", peer, "-f", path, "-f", s.UserGroupFile}
+	var (
+		out []byte
+		err error
+	)
+	if s.Sandbox != nil {
+		out, err = s.Sandbox.run(ctx, lb, path, s.HAProxyCmd, args...)
+	} else {
+		out, err = s.Runner.CombinedOutput(ctx, s.HAProxyCmd, args...)
+	}
+	if errors.Is(err, errSandbox) {
+		return "", err
+	}
 	if err != nil {
 		if len(out) == 0 {
 			out = []byte(err.Error())

@@ -349,7 +349,7 @@ func (in *instance) check(ctx context.Context) (string, error) {
 	if err != nil || state.Peer == "" {
 		return "no peer name recorded: upload the configuration again", errors.New("no peer recorded")
 	}
-	return st.check(ctx, st.Layout.ConfigPath(in.lb), state.Peer)
+	return st.check(ctx, in.lb, st.Layout.ConfigPath(in.lb), state.Peer)
 }
 
 // signalReload asks the master to load the stored config (SIGUSR2, as
