@@ -91,13 +91,16 @@ bench: build
 # nothing is reported as a flake (go.dev/issue/75804), not a failure.
 FUZZTIME ?= 20s
 FUZZPARALLEL ?= 1
+# Go minimizes every new interesting input for up to 60 s by default,
+# which left FuzzWrap (zlib) with a dozen executions a minute.
+FUZZMINIMIZETIME ?= 5s
 fuzz:
 	@passed=0; failed=0; flaked=0; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	for file in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
 		pkg=./$$(dirname "$${file#./}"); \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing\.F).*/\1/p' "$$file"); do \
 			dir=$$pkg/testdata/fuzz/$$t; before=$$(ls "$$dir" 2>/dev/null | wc -l); start=$$(date +%s); \
-			if $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) "$$pkg" >"$$log" 2>&1; then \
+			if $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) "$$pkg" >"$$log" 2>&1; then \
 				passed=$$((passed+1)); verdict=ok; \
 			elif [ "$$(ls "$$dir" 2>/dev/null | wc -l)" = "$$before" ] && grep -q 'context deadline exceeded' "$$log"; then \
 				flaked=$$((flaked+1)); verdict="flake (deadline race, nothing found)"; \
