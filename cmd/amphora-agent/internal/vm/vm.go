@@ -255,7 +255,7 @@ func (v *VM) boot() {
 		}
 		defer f.Close()
 		taps = append(taps, f)
-		args = append(args, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d,vnet_hdr=on", n.id, 3+i),
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d", n.id, 3+i),
 			"-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s,id=%s-dev", n.id, n.mac, n.id))
 	}
 	cmd := exec.Command("qemu-system-x86_64", args...)
@@ -280,7 +280,8 @@ func (v *VM) boot() {
 	}
 	qmp.readLine() // greeting
 	if _, err := qmp.call("qmp_capabilities", nil); err != nil {
-		t.Fatalf("QMP: %v", err)
+		<-done
+		t.Fatalf("QMP: %v\n%s", err, v.qemuLog())
 	}
 	v.mu.Lock()
 	v.qmp = qmp
