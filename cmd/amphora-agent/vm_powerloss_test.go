@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 )
 
 // powerCycles is how many times the power-loss test pulls the plug:
@@ -109,7 +108,10 @@ func testPowerLoss(t *testing.T, a *amphora, n *vmNet) {
 			failure  string
 			poweroff bool
 		)
-		done := make(chan struct{})
+		// Cut after a different number of acknowledged uploads each cycle
+		// (so each kind is in flight in turn), at once or a little later.
+		want := 3 + cycle%6
+		done, reached := make(chan struct{}), make(chan struct{})
 		client := a.env.Client()
 		// Bounded: at most 300 uploads a cycle; the power goes long before.
 		go func() {
@@ -137,18 +139,19 @@ func testPowerLoss(t *testing.T, a *amphora, n *vmNet) {
 				}
 				f.acked, f.inflight = f.inflight, ""
 				acked++
+				if acked == want {
+					close(reached)
+				}
 				mu.Unlock()
 			}
 		}()
-		// Cut at a different upload and a different moment within it each
-		// cycle: after 3 to 7 acknowledged uploads, 0 to 250 ms later.
-		want := 3 + cycle%5
-		testenv.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d acknowledged uploads", want), func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return acked >= want || failure != ""
-		})
-		<-time.After(time.Duration(cycle*83%250) * time.Millisecond)
+		select {
+		case <-reached:
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("cycle %d: not %d acknowledged uploads within 2 minutes", cycle, want)
+		}
+		<-time.After(time.Duration(cycle%2*(cycle*37%150)) * time.Millisecond)
 		mu.Lock()
 		poweroff = true
 		mu.Unlock()
