@@ -58,12 +58,14 @@ image:
 
 # Amphora VMs under QEMU (TCG here): the base image is built once and
 # cached by its inputs (cmd/amphora-agent/image/build.sh); the package
-# under test is installed at boot.
+# under test is installed at boot. AMPHORA_VM_POWER_CYCLES (environment)
+# sets the power-loss test's count; 10 needs VM_TIMEOUT=60m.
+VM_TIMEOUT ?= 25m
 test-vm: deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-vm: skipped: needs root (taps, namespaces)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-vm: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
 	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
-		$(GO) test -count=1 -tags vm -p 1 -timeout 25m -run VM -v ./cmd/amphora-agent/ 2>&1 | grep -v '^=== '
+		$(GO) test -count=1 -tags vm -p 1 -timeout $(VM_TIMEOUT) -run VM -v ./cmd/amphora-agent/ 2>&1 | grep -v '^=== '
 
 # Speed and memory figures, printed, never asserted: the cost of one
 # heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed
