@@ -42,8 +42,17 @@ func NewCheckSandbox(certDir string) (*CheckSandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Copies left by an agent killed during a check hold keys.
+	stale, _ := filepath.Glob(filepath.Join(certDir, checkPrefix+"*"))
+	for _, d := range stale {
+		os.RemoveAll(d)
+	}
 	return &CheckSandbox{Cred: cred, CertDir: certDir}, nil
 }
+
+// checkPrefix names the check's folders under base_cert_dir; a name
+// starting with '.' is never a load balancer id.
+const checkPrefix = ".check-"
 
 // CheckUser finds the user `haproxy -c` runs as: the haproxy user and its
 // group (Debian's package creates them), else nobody and nogroup.
@@ -83,9 +92,8 @@ func (c *CheckSandbox) run(ctx context.Context, lb, staged, name string, args ..
 		return nil, fmt.Errorf("%w: %w", errSandbox, err)
 	}
 	// Inside base_cert_dir: on an amphora that is a RAM file system, so
-	// the copies of the keys never reach a disk. A name starting with '.'
-	// is never a load balancer id.
-	work, err := os.MkdirTemp(c.CertDir, ".check-")
+	// the copies of the keys never reach a disk.
+	work, err := os.MkdirTemp(c.CertDir, checkPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSandbox, err)
 	}
