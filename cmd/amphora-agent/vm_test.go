@@ -564,6 +564,7 @@ func TestVMSingleAmphora(t *testing.T) {
 			t.Fatalf("HAProxy's log is not where the README says: %s", log)
 		}
 	})
+	t.Run("power-loss", func(t *testing.T) { testPowerLoss(t, a, n) })
 }
 
 // vrrpCall runs testdata/vm/controller_vrrp.py for amphora index this.
