@@ -155,6 +155,15 @@ func New(o Options) *Agent {
 		Runner:        runner,
 		Log:           a.log.Named("haproxy"),
 	}
+	if o.HAProxyRunner == nil {
+		// The uploaded config, lua-load scripts included, is validated
+		// without root (README: Least privilege).
+		sb, err := haproxy.NewCheckSandbox(cfg.BaseCertDir)
+		if err != nil {
+			a.log.Warn("haproxy -c runs as root", zap.Error(err))
+		}
+		a.lbStore.Sandbox = sb
+	}
 	a.lbs = o.LoadBalancers
 	if a.lbs == nil {
 		a.lbs = a.newSupervisor(cfg)

@@ -58,7 +58,7 @@ func (s *Store) CheckStored(ctx context.Context, lb, peer string) (out string, s
 	if fp != "" && fp == s.memo.get(lb) {
 		return "", true, nil
 	}
-	out, err = s.check(ctx, path, peer)
+	out, err = s.check(ctx, lb, path, peer)
 	if err != nil {
 		fp = ""
 	}

@@ -53,7 +53,8 @@ func parseShowProc(out []byte) (procTable, error) {
 			continue
 		}
 		pid, err := strconv.Atoi(fields[0])
-		if err != nil {
+		if err != nil || pid <= 0 {
+			// Not a process line: pids are positive.
 			continue
 		}
 		switch {

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,6 +54,9 @@ type Store struct {
 	// FDLimit returns the open-files limit HAProxy will run under; nil
 	// means this process's hard RLIMIT_NOFILE.
 	FDLimit func() uint64
+	// Sandbox, when set, runs `haproxy -c` through it without root
+	// instead of through Runner.
+	Sandbox *CheckSandbox
 
 	memo checkMemo
 }
@@ -143,7 +148,11 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	// Taken before the check, so that a file changed during it shows.
 	fp := s.fingerprint(cfg, peer)
 	s.memo.set(lb, "")
-	if out, err := s.check(ctx, staged, peer); err != nil {
+	if out, err := s.check(ctx, lb, staged, peer); err != nil {
+		if errors.Is(err, errSandbox) {
+			os.Remove(staged)
+			return fault.Internalf("%w", err)
+		}
 		if rerr := os.Rename(staged, s.Layout.FailedPath(lb)); rerr != nil {
 			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
 		}
@@ -169,14 +178,26 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 
 // check runs HAProxy's own validation, exactly as every later start and
 // reload loads the config (same -f files, same -L peer).
-func (s *Store) check(ctx context.Context, path, peer string) (string, error) {
+func (s *Store) check(ctx context.Context, lb, path, peer string) (string, error) {
 	timeout := s.CheckTimeout
 	if timeout <= 0 {
 		timeout = DefaultCheckTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := s.Runner.CombinedOutput(ctx, s.HAProxyCmd, "-c", "-L", peer, "-f", path, "-f", s.UserGroupFile)
+	args := []string{"-c", "-L", peer, "-f", path, "-f", s.UserGroupFile}
+	var (
+		out []byte
+		err error
+	)
+	if s.Sandbox != nil {
+		out, err = s.Sandbox.run(ctx, lb, path, s.HAProxyCmd, args...)
+	} else {
+		out, err = s.Runner.CombinedOutput(ctx, s.HAProxyCmd, args...)
+	}
+	if errors.Is(err, errSandbox) {
+		return "", err
+	}
 	if err != nil {
 		if len(out) == 0 {
 			out = []byte(err.Error())
@@ -255,9 +276,17 @@ func (s Summary) FDsNeeded() uint64 {
 	if s.GlobalMaxconn <= 0 {
 		return 0
 	}
-	need := uint64(s.GlobalMaxconn)*fdsPerConn + fdSlack
+	// A maxconn near the int range would wrap around to a small need and
+	// pass the check: saturate instead.
+	hi, need := bits.Mul64(uint64(s.GlobalMaxconn), fdsPerConn)
+	need, carry := bits.Add64(need, fdSlack, 0)
 	if s.Splice {
-		need += uint64(s.GlobalMaxconn/4) * 2
+		var c uint64
+		need, c = bits.Add64(need, uint64(s.GlobalMaxconn/4)*2, 0)
+		carry += c
+	}
+	if hi != 0 || carry != 0 {
+		return math.MaxUint64
 	}
 	return need
 }

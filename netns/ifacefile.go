@@ -138,12 +138,20 @@ func readInterfaceFile(path string) (*InterfaceFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	var f InterfaceFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := decodeInterfaceFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return f, nil
+}
+
+func decodeInterfaceFile(data []byte) (*InterfaceFile, error) {
+	var f InterfaceFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
+	}
 	if f.Name == "" {
-		return nil, fmt.Errorf("%s: no interface name", path)
+		return nil, errors.New("no interface name")
 	}
 	return &f, nil
 }

@@ -12,10 +12,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // WaitDelay is how long Wait keeps reading output after the command
@@ -78,4 +82,50 @@ func CombinedOutput(cmd *exec.Cmd, start func(*exec.Cmd) error) ([]byte, error) 
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := Run(cmd, start)
 	return out.Bytes(), err
+}
+
+// As makes cmd (made by Command) run as cred's user and group, with
+// exactly cred's supplementary groups (none when empty), keeping the
+// process group set-up.
+func As(cmd *exec.Cmd, cred *syscall.Credential) {
+	cmd.SysProcAttr.Credential = cred
+}
+
+// Bind mounts Source over Target for one command only.
+type Bind struct{ Source, Target string }
+
+// StartWithBinds is a start function for Run: it starts cmd in a mount
+// namespace of its own, private to it, where each Bind is mounted in
+// order; the rest of the system sees none of them, and they vanish with
+// the command. Needs CAP_SYS_ADMIN.
+func StartWithBinds(binds []Bind) func(*exec.Cmd) error {
+	return func(cmd *exec.Cmd) error {
+		errc := make(chan error, 1)
+		go func() {
+			// The child is forked from this thread, so it inherits the
+			// thread's mount namespace. The thread stays locked: the
+			// runtime retires it with this goroutine instead of reusing
+			// it in the wrong namespace.
+			runtime.LockOSThread()
+			errc <- startInPrivateMounts(cmd, binds)
+		}()
+		return <-errc
+	}
+}
+
+func startInPrivateMounts(cmd *exec.Cmd, binds []Bind) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("private mount namespace: %w", err)
+	}
+	// Without this, mounts would propagate back to a shared root (systemd
+	// makes / shared).
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("private mount namespace: %w", err)
+	}
+	for _, b := range binds {
+		if err := unix.Mount(b.Source, b.Target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount %s on %s: %w", b.Source, b.Target, err)
+		}
+	}
+	return cmd.Start()
 }

@@ -719,6 +719,7 @@ func TestVMSingleAmphora(t *testing.T) {
 		udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
 		a.udpMembers(t, time.Minute, "UP", "UP")
 	})
+	t.Run("power-loss", func(t *testing.T) { testPowerLoss(t, a, n) })
 }
 
 // vrrpCall runs testdata/vm/controller_vrrp.py for amphora index this.

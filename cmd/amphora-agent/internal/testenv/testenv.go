@@ -121,6 +121,14 @@ func New(t testing.TB) *Env {
 			t.Fatal(err)
 		}
 	}
+	// As on an amphora (/var/lib/octavia is 0755): `haproxy -c` runs as
+	// the haproxy user and must reach the staged config and the
+	// user/group file. The keys' folders stay 0700.
+	for _, d := range []string{"", "lib"} {
+		if err := os.Chmod(e.Path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	server, err := ca.Server(e.AmphoraID)
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Image is a built base image.
@@ -124,8 +127,12 @@ type VM struct {
 	done chan struct{}
 	qmp  *jsonConn
 	qga  *jsonConn
-	nics int
+	nics []nic
 }
+
+// nic is a hot-plugged NIC; it stays attached across power cycles, as
+// Nova keeps a server's ports in its domain.
+type nic struct{ id, tap, mac string }
 
 // GatewayIP is the host as the VM sees it on the management network
 // (QEMU user networking); UDP sent there reaches host loopback.
@@ -236,7 +243,23 @@ func (v *VM) boot() {
 		"-device", "virtio-serial", "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
 		"-qmp", "unix:" + v.path("qmp.sock") + ",server=on,wait=off",
 	}
+	// NICs hot-plugged before a power-off are there at the next boot.
+	v.mu.Lock()
+	nics := v.nics
+	v.mu.Unlock()
+	var taps []*os.File
+	for i, n := range nics {
+		f, err := openTap(n.tap)
+		if err != nil {
+			t.Fatalf("VM %s: %v", v.Name, err)
+		}
+		defer f.Close()
+		taps = append(taps, f)
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d", n.id, 3+i),
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s,id=%s-dev", n.id, n.mac, n.id))
+	}
 	cmd := exec.Command("qemu-system-x86_64", args...)
+	cmd.ExtraFiles = taps
 	log, err := os.Create(v.path("qemu.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +280,8 @@ func (v *VM) boot() {
 	}
 	qmp.readLine() // greeting
 	if _, err := qmp.call("qmp_capabilities", nil); err != nil {
-		t.Fatalf("QMP: %v", err)
+		<-done
+		t.Fatalf("QMP: %v\n%s", err, v.qemuLog())
 	}
 	v.mu.Lock()
 	v.qmp = qmp
@@ -325,14 +349,74 @@ func (v *VM) QMP(command string, args any) (json.RawMessage, error) {
 // tap (which must exist), as Nova attaches a port.
 func (v *VM) HotplugNIC(tap, mac string) error {
 	v.mu.Lock()
-	v.nics++
-	id := fmt.Sprintf("nic%d", v.nics)
+	id := fmt.Sprintf("nic%d", len(v.nics)+1)
 	v.mu.Unlock()
 	if _, err := v.QMP("netdev_add", map[string]any{"type": "tap", "id": id, "ifname": tap, "script": "no", "downscript": "no"}); err != nil {
 		return err
 	}
-	_, err := v.QMP("device_add", map[string]any{"driver": "virtio-net-pci", "netdev": id, "mac": mac, "id": id + "-dev"})
-	return err
+	if _, err := v.QMP("device_add", map[string]any{"driver": "virtio-net-pci", "netdev": id, "mac": mac, "id": id + "-dev"}); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.nics = append(v.nics, nic{id: id, tap: tap, mac: mac})
+	v.mu.Unlock()
+	return nil
+}
+
+// openTap opens the tap device name wherever it is: tests move their taps
+// into namespaces, where QEMU cannot find them by name, so QEMU gets the
+// open device instead.
+func openTap(name string) (*os.File, error) {
+	type result struct {
+		f   *os.File
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		// The thread switches namespaces and is never handed back: the
+		// runtime retires it with this goroutine.
+		runtime.LockOSThread()
+		f, err := openTapLocked(name)
+		res <- result{f, err}
+	}()
+	r := <-res
+	return r.f, r.err
+}
+
+func openTapLocked(name string) (*os.File, error) {
+	names, _ := filepath.Glob("/run/netns/*")
+	for _, where := range append([]string{""}, names...) {
+		if where != "" {
+			h, err := netns.GetFromPath(where)
+			if err != nil {
+				continue
+			}
+			err = netns.Set(h)
+			h.Close()
+			if err != nil {
+				return nil, err
+			}
+		}
+		if _, err := net.InterfaceByName(name); err != nil {
+			continue
+		}
+		f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+		if err := unix.IoctlIfreq(int(f.Fd()), unix.TUNSETIFF, ifr); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("attaching tap %s: %w", name, err)
+		}
+		return f, nil
+	}
+	return nil, fmt.Errorf("tap %s not found in any namespace", name)
 }
 
 func (v *VM) guest() (*jsonConn, error) {

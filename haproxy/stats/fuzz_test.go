@@ -1,0 +1,111 @@
+package stats
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func addTestdata(f *testing.F, glob string, extra ...string) {
+	paths, err := filepath.Glob(glob)
+	if err != nil || len(paths) == 0 {
+		f.Fatalf("no seed files for %s: %v", glob, err)
+	}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range extra {
+		f.Add([]byte(s))
+	}
+}
+
+// FuzzParseStat: any answer parses or fails with ErrNotCSV; parsed rows
+// written back as CSV parse to the same rows.
+func FuzzParseStat(f *testing.F) {
+	addTestdata(f, "testdata/*.csv",
+		"",
+		"Unknown command.\n",
+		"# pxname,svname,status,pxname\nfe,FRONTEND,OPEN\n\n\"a,b\",\"c\"\"d\",UP,x,y,z\n",
+		"# pxname,svname\nx,y\n",
+		"# svname,status,pxname\r\n a , b \r\n")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rows, err := ParseStat(data)
+		if err != nil {
+			if !errors.Is(err, ErrNotCSV) {
+				t.Fatalf("error not ErrNotCSV: %v", err)
+			}
+			return
+		}
+		if len(rows) == 0 {
+			return
+		}
+		// Every row shares the header; write it and the rows back.
+		cols := rows[0].h.cols
+		width := 0
+		for _, i := range cols {
+			width = max(width, i+1)
+		}
+		header := make([]string, width)
+		for name, i := range cols {
+			header[i] = name
+		}
+		var buf bytes.Buffer
+		buf.WriteString("# ")
+		w := csv.NewWriter(&buf)
+		w.Write(header)
+		for _, r := range rows {
+			r.PxName()
+			r.SvName()
+			r.Status()
+			r.Uint(ColScur)
+			w.Write(r.Fields(nil, math.MaxInt))
+		}
+		w.Flush()
+		again, err := ParseStat(buf.Bytes())
+		if err != nil {
+			t.Fatalf("rows written back do not parse: %v\n%q", err, buf.Bytes())
+		}
+		if len(again) != len(rows) {
+			t.Fatalf("%d rows, %d after writing them back\n%q", len(rows), len(again), buf.Bytes())
+		}
+		names := slices.Collect(maps.Keys(cols))
+		for i := range rows {
+			for _, n := range names {
+				if a, b := rows[i].Get(n), again[i].Get(n); a != b {
+					t.Fatalf("row %d column %q: %q, then %q", i, n, a, b)
+				}
+			}
+		}
+	})
+}
+
+// FuzzParseInfo: keys and values are trimmed single-line strings, keys
+// non-empty and without ':'; written back as "Key: value" lines they parse
+// to the same map.
+func FuzzParseInfo(f *testing.F) {
+	addTestdata(f, "testdata/*.txt", "", "a:b:c\n :x\n\r\nk: v\r\nk: w\n")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		info := ParseInfo(data)
+		var b strings.Builder
+		for k, v := range info {
+			if k == "" || k != strings.TrimSpace(k) || v != strings.TrimSpace(v) || strings.Contains(k, ":") || strings.ContainsAny(k+v, "\n") {
+				t.Fatalf("entry %q: %q", k, v)
+			}
+			b.WriteString(k + ": " + v + "\n")
+		}
+		if again := ParseInfo([]byte(b.String())); !maps.Equal(info, again) {
+			t.Fatalf("%q, then %q after writing it back", info, again)
+		}
+	})
+}
