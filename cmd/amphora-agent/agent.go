@@ -27,6 +27,8 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/certs"
+	"github.com/amphora-agent/amphora-agent/keepalived"
+	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 )
 
 // configFiles collects repeated --config-file flags, like oslo.config.
@@ -192,6 +194,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	bg.start("heartbeat", func() error { return heartbeat.Run(ctx) })
 	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
 	metrics := newMetricsServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
+	metrics.extra = lvsSeries(keepalived.LVSLayout{Base: cfg.BasePath}, ipvs.Kernel{Namespace: cfg.Namespace}, log.Named("metrics"))
 	bg.start("metrics", func() error { return metrics.Run(ctx) })
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))

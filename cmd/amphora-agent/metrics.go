@@ -13,6 +13,8 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/haproxy/promex"
+	"github.com/amphora-agent/amphora-agent/keepalived"
+	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
@@ -201,4 +203,20 @@ func (m *metricsServer) fetch(ctx context.Context) (*http.Response, error) {
 		return nil, fmt.Errorf("exporter answered %s", resp.Status)
 	}
 	return resp, nil
+}
+
+// lvsSeries gives each scrape the UDP and SCTP listeners' series: the
+// IPVS table read once (only while such a listener runs). A failed read
+// leaves those series out of that scrape and is logged.
+func lvsSeries(layout keepalived.LVSLayout, table ipvs.Reader, log *zap.Logger) func(context.Context) []promex.Source {
+	return func(ctx context.Context) []promex.Source {
+		states, err := layout.LVSStates(ctx, table)
+		if err != nil {
+			log.Warn("metrics: reading the UDP and SCTP listeners", zap.Error(err))
+		}
+		if len(states) == 0 {
+			return nil
+		}
+		return []promex.Source{keepalived.LVSMetrics(states)}
+	}
 }

@@ -18,6 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/haproxy/promex"
+	"github.com/amphora-agent/amphora-agent/keepalived"
+	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
@@ -284,3 +286,67 @@ const (
 	promHTTP26     = "1a0c13c0-8e69-46c7-a68a-ca4937996d74"
 	promListener26 = "0b248d39-eb90-4180-91aa-5363be7df4db"
 )
+
+// The UDP and SCTP listeners' IPVS counters join the families of the
+// page: every family they have a value for is one HAProxy's page
+// translates to, and the page parses.
+func TestMetricsLVSSeries(t *testing.T) {
+	in, err := os.ReadFile("../../haproxy/promex/testdata/haproxy26_haproxy.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := ipvs.Stats{Conns: 5, InBytes: 180, OutBytes: 320}
+	states := []keepalived.LVSListenerState{{ID: "udp-l", Found: true, Stats: st, ActiveConns: 1,
+		Pool: &keepalived.LVSPoolState{ID: "udp-p", Status: keepalived.PoolUp, Members: []keepalived.LVSMemberState{
+			{ID: "udp-m", Status: keepalived.MemberUp, InKernel: true, Weight: 1, ActiveConns: 1, Stats: st}}}}}
+	m := testMetricsServer(t, fakeExporter(t, string(in)))
+	m.extra = func(context.Context) []promex.Source { return []promex.Source{keepalived.LVSMetrics(states)} }
+	body, err := io.ReadAll(scrape(t, m, http.MethodGet).Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("the page does not parse: %v", err)
+	}
+	has := func(family, label, value string) bool {
+		for _, s := range families[family].GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, f := range []string{"status", "current_sessions", "sessions_total", "connections_total", "bytes_in_total", "bytes_out_total"} {
+		if !has("octavia_listener_"+f, "listener", "udp-l") {
+			t.Errorf("octavia_listener_%s has no UDP listener", f)
+		}
+	}
+	for _, f := range []string{"status", "current_sessions", "sessions_total", "connection_attempts_total", "bytes_in_total", "bytes_out_total", "active_members"} {
+		if !has("octavia_pool_"+f, "pool", "udp-p:udp-l") {
+			t.Errorf("octavia_pool_%s has no UDP pool", f)
+		}
+	}
+	for _, f := range []string{"status", "current_sessions", "sessions_total", "connection_attempts_total", "bytes_in_total", "bytes_out_total", "weight"} {
+		if !has("octavia_member_"+f, "member", "udp-m") {
+			t.Errorf("octavia_member_%s has no UDP member", f)
+		}
+	}
+}
+
+type countingIPVS struct{ reads int }
+
+func (c *countingIPVS) Read(context.Context) (ipvs.Table, error) { c.reads++; return ipvs.Table{}, nil }
+
+// Without UDP or SCTP listeners a scrape adds nothing and reads no IPVS
+// table.
+func TestLVSSeriesWithoutListeners(t *testing.T) {
+	r := &countingIPVS{}
+	extra := lvsSeries(keepalived.LVSLayout{Base: t.TempDir()}, r, zap.NewNop())
+	if got := extra(context.Background()); got != nil || r.reads != 0 {
+		t.Fatalf("sources %v, %d reads", got, r.reads)
+	}
+}
