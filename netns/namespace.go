@@ -300,10 +300,14 @@ func writeSysctl(key, value string) error {
 func Do(namespace string, fn func() error) error { return onThreadIn(namespace, fn) }
 
 // onThreadIn runs fn on a fresh OS thread that is first moved into the
-// named namespace ("" leaves it where it is). The goroutine exits with the
-// thread still locked, which makes the runtime terminate the thread
-// instead of handing it, in another namespace or unshared, to other
-// goroutines.
+// named namespace ("" leaves it where it is; fn may unshare it). The
+// thread is moved back and released afterwards. Only if that fails does
+// the goroutine exit with the thread still locked: the runtime then ends
+// the thread rather than hand it, in another namespace, to other
+// goroutines. Not every time: the main thread is never ended but wedged,
+// still in the namespace, and /proc/<pid>/ns/net (what `ip link set ...
+// netns <pid>` and /proc/self/ns/net name) is the main thread's, so a
+// thread left inside would be taken for the process's own namespace.
 func onThreadIn(namespace string, fn func() error) error {
 	var target vnetns.NsHandle = -1
 	if namespace != "" {
@@ -317,14 +321,26 @@ func onThreadIn(namespace string, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Deliberately no UnlockOSThread: see above.
+		orig, err := vnetns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		if target >= 0 {
 			if err := unix.Setns(int(target), unix.CLONE_NEWNET); err != nil {
+				// Still where it was: nothing to undo.
+				runtime.UnlockOSThread()
 				done <- fmt.Errorf("enter network namespace %s: %w", namespace, err)
 				return
 			}
 		}
-		done <- fn()
+		err = fn()
+		if unix.Setns(int(orig), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return <-done
 }

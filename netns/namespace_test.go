@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,38 @@ func TestGARPFrame(t *testing.T) {
 	wantNA := "88000000" + "a0000000" + "20010db8000000000000000000000001" + "0201" + "fa163e010203"
 	if na != wantNA {
 		t.Errorf("NA message\n got %s\nwant %s", na, wantNA)
+	}
+}
+
+// Work done inside a namespace leaves no thread of the process there. The
+// main thread matters most: the runtime never ends it (a goroutine that
+// exits locked to it wedges it instead), and /proc/<pid>/ns/net, which
+// `ip link set ... netns <pid>` and /proc/self/ns/net name, is its
+// namespace.
+func TestOnThreadInLeavesNoThreadInside(t *testing.T) {
+	needRoot(t)
+	ns := uniq("aath")
+	if err := EnsureWith(ns, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	own, err := os.Readlink("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		if err := onThreadIn(ns, func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if got, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net"); err == nil && got != own {
+			t.Errorf("thread %s (main thread: %v) is in %s, not in the process's own %s",
+				task.Name(), task.Name() == strconv.Itoa(os.Getpid()), got, own)
+		}
 	}
 }

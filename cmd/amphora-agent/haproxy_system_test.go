@@ -128,12 +128,23 @@ func (f *lbFixture) waitServing(what, gen string) time.Duration {
 	start := time.Now()
 	c := f.lb.HTTPClient(false)
 	var last error
+	served := false
+	// WaitFor ends the test on a timeout; what the client saw last and
+	// what the agent did go with it.
+	defer func() {
+		if !served {
+			f.t.Logf("last answer: %v\nagent output:\n%s", last, f.env.Output())
+		}
+	}()
 	testenv.WaitFor(f.t, 20*time.Second, what, func() bool {
 		g, err := f.get(c)
 		last = err
+		if err == nil && gen != "" && g != gen {
+			last = fmt.Errorf("generation %q served, want %q", g, gen)
+		}
 		return err == nil && (gen == "" || g == gen)
 	})
-	_ = last
+	served = true
 	return time.Since(start)
 }
 

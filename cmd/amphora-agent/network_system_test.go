@@ -83,7 +83,7 @@ func (r *netRig) nft(t *testing.T) string {
 	t.Helper()
 	out, err := r.amp.Exec(context.Background(), "nft", "list", "ruleset")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nagent output:\n%s", err, r.env.Output())
 	}
 	return string(out)
 }

@@ -126,12 +126,13 @@ func newNetTopology(t *testing.T) netTopology {
 	return n
 }
 
-// ip runs ip(8) in the agent's namespace.
+// ip runs ip(8) in the agent's namespace. A failure shows the agent's
+// output: what the agent did to the namespace explains most of them.
 func (n *netTopology) ip(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("ip", append([]string{"-n", n.amp.Name}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("ip -n %s %s: %v\n%s", n.amp.Name, strings.Join(args, " "), err, out)
+		t.Fatalf("ip -n %s %s: %v\n%s\nagent output:\n%s", n.amp.Name, strings.Join(args, " "), err, out, n.env.Output())
 	}
 	return string(out)
 }
