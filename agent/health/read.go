@@ -287,31 +287,34 @@ func (s *Sender) scratchOf(lb string) *readScratch {
 }
 
 // names copies the strings a reading keeps out of the answer buffer,
-// which the next read overwrites; a name seen in the previous reading is
-// shared instead of copied again, so a steady LB allocates none.
+// which the next read overwrites; a name copied for an earlier reading is
+// shared instead of copied again, so a steady LB allocates none. One
+// lookup per name: names no longer read are dropped by starting afresh
+// once they outnumber those in use.
 type names struct {
-	prev, cur map[string]string
+	m    map[string]string
+	used int // keep calls since the last trim
 }
 
 func (n *names) keep(s string) string {
-	if v, ok := n.cur[s]; ok {
+	n.used++
+	if v, ok := n.m[s]; ok {
 		return v
 	}
-	v, ok := n.prev[s]
-	if !ok {
-		v = strings.Clone(s)
+	if n.m == nil {
+		n.m = map[string]string{}
 	}
-	if n.cur == nil {
-		n.cur = make(map[string]string, len(n.prev))
-	}
-	n.cur[v] = v
+	v := strings.Clone(s)
+	n.m[v] = v
 	return v
 }
 
-// trim ends a reading: names it did not use are dropped after it.
+// trim ends a reading.
 func (n *names) trim() {
-	n.prev, n.cur = n.cur, n.prev
-	clear(n.cur)
+	if len(n.m) > 2*n.used+64 {
+		clear(n.m)
+	}
+	n.used = 0
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
