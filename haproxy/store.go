@@ -141,7 +141,9 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 		return fault.Internalf("%w", err)
 	}
 	staged := s.Layout.StagedPath(lb)
-	if err := fsutil.WriteFile(staged, cfg, 0o600); err != nil {
+	// Its data is fsync'd now; the directory once, after the promoting
+	// rename below.
+	if err := fsutil.Write(staged, cfg, 0o600, fsutil.DataOnly); err != nil {
 		return fault.Internalf("staging config: %w", err)
 	}
 	peer := PeerName(amphoraID)
@@ -162,9 +164,13 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err != nil {
 		s.Log.Warn("unreadable load balancer record; rewriting it", zap.String("lb", lb), zap.Error(err))
 	}
-	st.AmphoraID, st.Peer = amphoraID, peer
-	if err := s.WriteState(lb, st); err != nil {
-		return fault.Internalf("recording load balancer: %w", err)
+	// Rewritten only when it changes: every upload after the first carries
+	// the same amphora id, and each durable write costs two fsyncs.
+	if err != nil || st.AmphoraID != amphoraID || st.Peer != peer {
+		st.AmphoraID, st.Peer = amphoraID, peer
+		if err := s.WriteState(lb, st); err != nil {
+			return fault.Internalf("recording load balancer: %w", err)
+		}
 	}
 	if err := os.Rename(staged, s.Layout.ConfigPath(lb)); err != nil {
 		return fault.Internalf("promoting config: %w", err)

@@ -501,7 +501,10 @@ func (in *instance) loaded() {
 	l := in.s.layout()
 	cfg, err := os.ReadFile(l.ConfigPath(in.lb))
 	if err == nil {
-		err = fsutil.WriteFile(l.RunningPath(in.lb), cfg, 0o600)
+		// Not fsync'd: only confirm reads it, in this process's life
+		// (after a restart nothing is unconfirmed); the durable copy is
+		// the last good one confirm writes.
+		err = fsutil.Write(l.RunningPath(in.lb), cfg, 0o600, fsutil.Atomic)
 	}
 	if err != nil {
 		in.log().Warn("recording the running config", zap.Error(err))
@@ -618,7 +621,10 @@ func (in *instance) saveServersState(ctx context.Context) {
 	if len(out) == 0 || out[len(out)-1] != '\n' {
 		out = append(out, '\n')
 	}
-	if err := fsutil.WriteFile(l.ServersStatePath(in.lb), out, 0o644); err != nil {
+	// Not fsync'd: HAProxy reads it at the reload just after, and after
+	// power loss a missing or empty file only means servers start from
+	// the config's states (upstream writes it in place, unsynced).
+	if err := fsutil.Write(l.ServersStatePath(in.lb), out, 0o644, fsutil.Atomic); err != nil {
 		in.log().Warn("saving servers state before reload", zap.Error(err))
 	}
 }

@@ -9,10 +9,34 @@ import (
 	"path/filepath"
 )
 
+// Durability says how far a write goes towards surviving power loss.
+type Durability int
+
+const (
+	// Durable fsyncs the file and its directory: after WriteFile returns,
+	// the new content survives power loss.
+	Durable Durability = iota
+	// DataOnly fsyncs the file but not its directory: for a file that is
+	// renamed again later, whose final rename the caller makes durable
+	// with SyncDir (one directory fsync instead of two).
+	DataOnly
+	// Atomic fsyncs nothing: readers see the old or the new content,
+	// never a mix, but power loss may leave the old, the new or an empty
+	// file. Only for files the agent or HAProxy regenerates and can do
+	// without (saved server states, counters).
+	Atomic
+)
+
 // WriteFile replaces path with data. It writes a temporary file in the same
 // directory, sets perm, fsyncs it, renames it over path and fsyncs the
 // directory so the rename itself survives a crash.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return Write(path, data, perm, Durable)
+}
+
+// Write replaces path with data through a temporary file and a rename,
+// with the fsyncs d asks for.
+func Write(path string, data []byte, perm os.FileMode, d Durability) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -32,14 +56,19 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if _, err = tmp.Write(data); err != nil {
 		return err
 	}
-	if err = tmp.Sync(); err != nil {
-		return err
+	if d != Atomic {
+		if err = tmp.Sync(); err != nil {
+			return err
+		}
 	}
 	if err = tmp.Close(); err != nil {
 		return err
 	}
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return err
+	}
+	if d != Durable {
+		return nil
 	}
 	return SyncDir(dir)
 }

@@ -7,12 +7,22 @@ import (
 )
 
 func TestWriteFileReplacesAtomicallyWithMode(t *testing.T) {
+	for name, write := range map[string]func(string, []byte, os.FileMode) error{
+		"WriteFile": WriteFile,
+		"DataOnly":  func(p string, b []byte, m os.FileMode) error { return Write(p, b, m, DataOnly) },
+		"Atomic":    func(p string, b []byte, m os.FileMode) error { return Write(p, b, m, Atomic) },
+	} {
+		t.Run(name, func(t *testing.T) { testReplace(t, write) })
+	}
+}
+
+func testReplace(t *testing.T, write func(string, []byte, os.FileMode) error) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "server.pem")
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFile(path, []byte("new"), 0o600); err != nil {
+	if err := write(path, []byte("new"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(path)

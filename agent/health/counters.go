@@ -142,15 +142,20 @@ func writeKey(b *bytes.Buffer, k string) {
 	b.WriteString(": ")
 }
 
-// Save writes the state to path atomically (temp file, fsync, rename) with
-// mode 0640. It skips the write when the file already holds exactly this
-// state from an earlier Save.
+// Save writes the state to path atomically (temp file, rename) with mode
+// 0640. It skips the write when the file already holds exactly this state
+// from an earlier Save. Nothing is fsync'd (upstream does not either): an
+// agent restart finds the file in the page cache, and only power loss can
+// lose a write, after which HAProxy's counters restart from zero too, so
+// every counter is below the stored one and Delta reports it whole, with
+// an old, new or empty file alike. Two fsyncs per heartbeat under traffic
+// would cost more than the rest of the cycle.
 func (c *Counters) Save(path string) error {
 	data := c.Marshal()
 	if c.written != nil && bytes.Equal(data, c.written) {
 		return nil
 	}
-	if err := fsutil.WriteFile(path, data, countersMode); err != nil {
+	if err := fsutil.Write(path, data, countersMode, fsutil.Atomic); err != nil {
 		return err
 	}
 	c.written = data

@@ -49,25 +49,60 @@ func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
 		b = append(b, `:{"status":`...)
 		b = appendJSONString(b, p.Status)
 		b = append(b, `,"members":{`...)
-		sc.members = sortedKeys(sc.members[:0], p.Members)
-		for j, m := range sc.members {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, m)
-			b = append(b, ':')
-			b = appendJSONString(b, p.Members[m])
+		// A pool's members rarely change between heartbeats: the last
+		// sorted order is used again while it names exactly the same
+		// members (same number, each present), and sorting thousands of
+		// ids every interval is avoided.
+		start := len(b)
+		order, ok := sc.orders[k]
+		if ok && len(order) == len(p.Members) {
+			b, ok = appendMembers(b, order, p.Members)
+		} else {
+			ok = false
 		}
+		if !ok {
+			order = sortedKeys(make([]string, 0, len(p.Members)), p.Members)
+			b, _ = appendMembers(b[:start], order, p.Members)
+		}
+		if sc.next == nil {
+			sc.next = map[string][]string{}
+		}
+		sc.next[k] = order
 		b = append(b, "}}"...)
 	}
+	// Orders of pools no longer reported are dropped.
+	sc.orders, sc.next = sc.next, sc.orders
+	clear(sc.next)
 	b = append(b, `},"ver":`...)
 	b = strconv.AppendInt(b, int64(msg.Ver), 10)
 	b = append(b, '}')
 	return b
 }
 
-// jsonScratch holds the sorted keys of one message being written.
-type jsonScratch struct{ keys, members []string }
+// jsonScratch holds the sorted keys of one message being written, and
+// each pool's sorted member ids from the last message.
+type jsonScratch struct {
+	keys         []string
+	orders, next map[string][]string
+}
+
+// appendMembers writes the members named by order; false when one of
+// them is not in members.
+func appendMembers(b []byte, order []string, members map[string]string) ([]byte, bool) {
+	for j, m := range order {
+		status, ok := members[m]
+		if !ok {
+			return b, false
+		}
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, m)
+		b = append(b, ':')
+		b = appendJSONString(b, status)
+	}
+	return b, true
+}
 
 func sortedKeys[V any](dst []string, m map[string]V) []string {
 	for k := range m {

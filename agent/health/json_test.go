@@ -60,3 +60,34 @@ func TestAppendMessageMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// A pool's member order is reused from the previous message only while
+// it names exactly the same members: a member swapped for another (same
+// count), added, removed or renamed still gives encoding/json's output.
+func TestAppendMessageMembersChangeBetweenMessages(t *testing.T) {
+	var sc jsonScratch
+	steps := []map[string]string{
+		{"m1": "UP", "m2": "DOWN", "m3": "UP"},
+		{"m1": "UP", "m2": "DOWN", "m3": "UP"},
+		{"m1": "UP", "m0": "DOWN", "m3": "UP"},
+		{"m1": "UP", "m0": "DOWN"},
+		{"m1": "UP", "m0": "DOWN", "m3": "UP", "a": "no check"},
+		{},
+		nil,
+		{"z": "UP"},
+	}
+	for i, members := range steps {
+		msg := Message{ID: "a", Ver: Version, Listeners: map[string]Listener{},
+			Pools: map[string]Pool{"p:l": {Status: "UP", Members: members}}}
+		if i%2 == 1 {
+			msg.Pools["other:l"] = Pool{Status: "UP", Members: map[string]string{"x": "UP"}}
+		}
+		want, err := json.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendMessage(nil, msg, &sc); !bytes.Equal(got, want) {
+			t.Fatalf("step %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}

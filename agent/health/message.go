@@ -128,6 +128,12 @@ func excluded(pxname string) bool { return strings.Contains(pxname, "prometheus"
 // is skipped and named in Skipped. A FRONTEND row with an unparsable
 // counter fails the whole reading: guessing would corrupt the deltas.
 func FromRows(rows []stats.Row) (Reading, error) {
+	return fromRows(rows, func(s string) string { return s })
+}
+
+// fromRows is FromRows passing every string the reading keeps through
+// keep (see names).
+func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
 	var r Reading
 	if len(rows) == 0 {
 		return r, nil
@@ -158,7 +164,7 @@ func FromRows(rows []stats.Row) (Reading, error) {
 		}
 		switch sv := get(cSv); sv {
 		case stats.Frontend:
-			l := ListenerReading{ID: px, Status: get(cStatus)}
+			l := ListenerReading{ID: keep(px), Status: keep(get(cStatus))}
 			for _, c := range [...]struct {
 				col int
 				dst *uint64
@@ -179,12 +185,12 @@ func FromRows(rows []stats.Row) (Reading, error) {
 				if i, ok = pools[px]; !ok {
 					i = len(r.Pools)
 					pools[px] = i
-					r.Pools = append(r.Pools, PoolReading{Key: px})
+					r.Pools = append(r.Pools, PoolReading{Key: keep(px)})
 				}
 				lastPool = i
 			}
 			if sv == stats.Backend {
-				r.Pools[i].Status = get(cStatus)
+				r.Pools[i].Status = keep(get(cStatus))
 				hasBackendRow[px] = true
 				continue
 			}
@@ -192,7 +198,7 @@ func FromRows(rows []stats.Row) (Reading, error) {
 			if status == StatusUp && get(cWeight) == "0" {
 				status = StatusDrain
 			}
-			r.Pools[i].Members = append(r.Pools[i].Members, MemberReading{ID: sv, Status: status})
+			r.Pools[i].Members = append(r.Pools[i].Members, MemberReading{ID: keep(sv), Status: keep(status)})
 		}
 	}
 	kept := r.Pools[:0]

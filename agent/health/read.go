@@ -1,9 +1,11 @@
 package health
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,12 +148,14 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 	start := time.Now()
 	pause := firstRetryPause
 	var err error
+	sc := s.scratchOf(lb)
 	for attempt := 1; ; attempt++ {
 		var rows []stats.Row
-		rows, err = s.haproxy.ShowStat(ctx, lb)
+		rows, err = s.haproxy.ShowStat(ctx, lb, &sc.buf)
 		if err == nil {
 			var r Reading
-			if r, err = FromRows(rows); err == nil {
+			if r, err = fromRows(rows, sc.names.keep); err == nil {
+				sc.names.trim()
 				if len(r.Skipped) == 0 {
 					s.limit.reset("skipped:" + lb)
 				} else if ok, n := s.limit.allow("skipped:"+lb, time.Now()); ok {
@@ -255,6 +259,62 @@ func (s *Sender) pruneCache(lbs []string) {
 			delete(s.cache, lb)
 		}
 	}
+	for lb := range s.scratch {
+		if !slices.Contains(lbs, lb) {
+			delete(s.scratch, lb)
+		}
+	}
+}
+
+// readScratch is what one LB's reads reuse from cycle to cycle: the
+// answer buffer (about 400 bytes per member; growing a new one each
+// cycle was most of the heartbeat's allocation and GC work) and the names
+// that readings keep. Only the one reader of the LB uses it (startRead).
+type readScratch struct {
+	buf   bytes.Buffer
+	names names
+}
+
+func (s *Sender) scratchOf(lb string) *readScratch {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	sc := s.scratch[lb]
+	if sc == nil {
+		sc = &readScratch{}
+		s.scratch[lb] = sc
+	}
+	return sc
+}
+
+// names copies the strings a reading keeps out of the answer buffer,
+// which the next read overwrites; a name copied for an earlier reading is
+// shared instead of copied again, so a steady LB allocates none. One
+// lookup per name: names no longer read are dropped by starting afresh
+// once they outnumber those in use.
+type names struct {
+	m    map[string]string
+	used int // keep calls since the last trim
+}
+
+func (n *names) keep(s string) string {
+	n.used++
+	if v, ok := n.m[s]; ok {
+		return v
+	}
+	if n.m == nil {
+		n.m = map[string]string{}
+	}
+	v := strings.Clone(s)
+	n.m[v] = v
+	return v
+}
+
+// trim ends a reading.
+func (n *names) trim() {
+	if len(n.m) > 2*n.used+64 {
+		clear(n.m)
+	}
+	n.used = 0
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -2,6 +2,7 @@ package health
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/haproxy"
@@ -160,7 +162,7 @@ func (s *scriptedSource) Running(string) bool {
 	defer s.mu.Unlock()
 	return s.running
 }
-func (s *scriptedSource) ShowStat(context.Context, string) ([]stats.Row, error) {
+func (s *scriptedSource) ShowStat(context.Context, string, *bytes.Buffer) ([]stats.Row, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -311,5 +313,32 @@ func TestWedgedStatsSocketDoesNotDelayHeartbeat(t *testing.T) {
 			t.Fatalf("round %d: the cycle took %v with a wedged stats socket", round, took)
 		}
 		t.Logf("round %d: cycle with a wedged stats socket took %v", round, took.Round(time.Millisecond))
+	}
+}
+
+// The names a reading keeps must not point into the answer buffer, which
+// the LB's next read overwrites; names seen in the previous reading are
+// shared, not copied again.
+func TestNamesOutliveTheBuffer(t *testing.T) {
+	buf := []byte("member-a UP")
+	var n names
+	id := n.keep(unsafe.String(&buf[0], 8))
+	copy(buf, "XXXXXXXX")
+	if id != "member-a" {
+		t.Fatalf("kept name changed with the buffer: %q", id)
+	}
+	n.trim()
+	copy(buf, "member-a")
+	if allocs := testing.AllocsPerRun(10, func() { n.keep(unsafe.String(&buf[0], 8)) }); allocs != 0 {
+		t.Fatalf("a name from the previous reading was copied again (%v allocations)", allocs)
+	}
+	for i := range 100 {
+		n.keep(fmt.Sprint("member-", i))
+	}
+	n.trim()
+	n.keep("member-0")
+	n.trim()
+	if len(n.m) > 64 {
+		t.Fatalf("names no longer read are still kept: %d", len(n.m))
 	}
 }

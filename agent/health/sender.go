@@ -76,6 +76,7 @@ type Sender struct {
 	cacheMu sync.Mutex
 	cache   map[string]*cached // per LB seen running: its last good reading
 	reading map[string]bool    // LBs whose stats read is under way
+	scratch map[string]*readScratch
 }
 
 // New prepares a sender; Run starts it.
@@ -92,6 +93,7 @@ func New(o Options) *Sender {
 		changed:      make(chan struct{}, 1),
 		limit:        limiter{every: logEvery},
 		cache:        map[string]*cached{},
+		scratch:      map[string]*readScratch{},
 		resolver:     net.DefaultResolver,
 	}
 	if s.log == nil {

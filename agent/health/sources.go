@@ -1,6 +1,7 @@
 package health
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,8 +27,9 @@ type HAProxySource interface {
 	// deleted LB is never reported, not even from an earlier reading.
 	Running(lb string) bool
 	// ShowStat returns the rows of `show stat -1 -1 -1` from lb's stats
-	// socket.
-	ShowStat(ctx context.Context, lb string) ([]stats.Row, error)
+	// socket. They may point into buf, which the caller reuses for lb's
+	// next read.
+	ShowStat(ctx context.Context, lb string, buf *bytes.Buffer) ([]stats.Row, error)
 }
 
 // LayoutSource is HAProxySource as upstream does it: LBs are the folders of
@@ -53,14 +55,14 @@ func (s LayoutSource) Running(lb string) bool {
 	return s.Layout.Running(lb)
 }
 
-func (s LayoutSource) ShowStat(ctx context.Context, lb string) ([]stats.Row, error) {
+func (s LayoutSource) ShowStat(ctx context.Context, lb string, buf *bytes.Buffer) ([]stats.Row, error) {
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = stats.DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return stats.ShowStat(ctx, s.Layout.SocketPath(lb), stats.All, stats.All, stats.All)
+	return stats.ShowStatInto(ctx, s.Layout.SocketPath(lb), stats.All, stats.All, stats.All, buf)
 }
 
 // LVSSource reports the LVS (UDP and SCTP) listeners that keepalived runs:

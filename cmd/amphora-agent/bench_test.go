@@ -113,30 +113,39 @@ func TestBench(t *testing.T) {
 //
 //	AMPHORA_BENCH_OUT=1 AMPHORA_AGENT_BIN=$PWD/bin/amphora-agent go test -tags bench -run '^TestBenchApply$' -v ./cmd/amphora-agent/
 func TestBenchApply(t *testing.T) {
-	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
-		t.Skip("AMPHORA_BENCH_OUT is not set")
-	}
-	var tb benchTable
-	var notes []string
-	benchApplyFloor(t, &tb, &notes)
-	benchGrowth(t, &tb, &notes)
-	benchRestore(t, &tb, &notes)
-	var b strings.Builder
-	tb.write(&b)
-	t.Log("\n" + b.String() + strings.Join(notes, "\n"))
+	benchPart(t, true, benchApplyFloor, benchGrowth, benchRestore)
+}
+
+// TestBenchApplyFloor prints only the apply figures against HAProxy's
+// floor (and the baseline's, when set), the quickest look at apply.
+func TestBenchApplyFloor(t *testing.T) {
+	benchPart(t, false, benchApplyFloor)
 }
 
 // TestBenchHeartbeatCPU prints only the running agent's heartbeat CPU
 // for 1 LB × 10 × 250 (and the baseline's, when set).
 func TestBenchHeartbeatCPU(t *testing.T) {
+	benchPart(t, false, func(t *testing.T, tb *benchTable, notes *[]string) {
+		benchGrowthCells(t, tb, notes, []growthCell{headlineCell})
+	})
+}
+
+// benchPart runs parts of the bench table and logs what they printed
+// (with their notes when withNotes).
+func benchPart(t *testing.T, withNotes bool, parts ...func(*testing.T, *benchTable, *[]string)) {
 	if os.Getenv("AMPHORA_BENCH_OUT") == "" {
 		t.Skip("AMPHORA_BENCH_OUT is not set")
 	}
 	var tb benchTable
 	var notes []string
-	benchGrowthCells(t, &tb, &notes, []growthCell{headlineCell})
+	for _, part := range parts {
+		part(t, &tb, &notes)
+	}
 	var b strings.Builder
 	tb.write(&b)
+	if withNotes {
+		b.WriteString(strings.Join(notes, "\n"))
+	}
 	t.Log("\n" + b.String())
 }
 

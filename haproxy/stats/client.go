@@ -61,14 +61,22 @@ var errTimeout = errors.New("i/o timeout")
 // or its deadline (DefaultTimeout when ctx has none) passes. cmd must be a
 // single line; HAProxy's own `;` separator is allowed.
 func Command(ctx context.Context, socketPath, cmd string) ([]byte, error) {
-	out, err := command(ctx, socketPath, cmd)
+	return CommandInto(ctx, socketPath, cmd, new(bytes.Buffer))
+}
+
+// CommandInto is Command reading the answer into buf (reset first), so
+// that a caller asking every few seconds reuses one buffer instead of
+// growing a new one each time. The answer is buf's bytes.
+func CommandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
+	buf.Reset()
+	out, err := command(ctx, socketPath, cmd, buf)
 	if err != nil {
 		return nil, &Error{Socket: socketPath, Command: cmd, Err: err}
 	}
 	return out, nil
 }
 
-func command(ctx context.Context, socketPath, cmd string) ([]byte, error) {
+func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
 	if strings.ContainsAny(cmd, "\r\n") {
 		return nil, errors.New("command contains a line break")
 	}
@@ -101,7 +109,6 @@ func command(ctx context.Context, socketPath, cmd string) ([]byte, error) {
 			return nil, classify(ctx, err)
 		}
 	}
-	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(conn, MaxAnswer+1))
 	if err != nil {
 		return nil, classify(ctx, err)

@@ -167,13 +167,18 @@ func (r Row) Status() string { return r.At(r.h.status) }
 // ShowStat runs `show stat <iid> <typeMask> <sid>` (use All for -1) and
 // parses the answer.
 func ShowStat(ctx context.Context, socketPath string, iid, typeMask, sid int) ([]Row, error) {
+	return ShowStatInto(ctx, socketPath, iid, typeMask, sid, new(bytes.Buffer))
+}
+
+// ShowStatInto is ShowStat reading the answer into buf. The rows point
+// into buf: they are valid until buf is written again.
+func ShowStatInto(ctx context.Context, socketPath string, iid, typeMask, sid int, buf *bytes.Buffer) ([]Row, error) {
 	cmd := fmt.Sprintf("show stat %d %d %d", iid, typeMask, sid)
-	out, err := Command(ctx, socketPath, cmd)
+	out, err := CommandInto(ctx, socketPath, cmd, buf)
 	if err != nil {
 		return nil, err
 	}
-	// out is this call's own buffer, never written again: the rows may
-	// point into it instead of into a copy.
+	// The rows point into out instead of into a copy (see above).
 	rows, err := parseStat(unsafe.String(unsafe.SliceData(out), len(out)))
 	if err != nil {
 		return nil, &Error{Socket: socketPath, Command: cmd, Err: err}
