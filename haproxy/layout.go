@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
 // Layout names the files of every load balancer under base_path, as
@@ -28,6 +30,15 @@ func (l Layout) SocketPath(lb string) string { return filepath.Join(l.Base, lb+"
 
 // MasterSocketPath is the master CLI socket of the LB's HAProxy.
 func (l Layout) MasterSocketPath(lb string) string { return filepath.Join(l.Dir(lb), "master.sock") }
+
+// Runs tells whether args, a process's command line, is that of load
+// balancer lb's HAProxy (master or worker): its master socket and config.
+// Supervision adopts by it and status recognizes the process by it.
+func (l Layout) Runs(lb string, args []string) bool {
+	sock, cfg := l.MasterSocketPath(lb), l.ConfigPath(lb)
+	return procwatch.ArgAfter(args, "-S", func(v string) bool { return v == sock || strings.HasPrefix(v, sock+",") }) &&
+		procwatch.ArgAfter(args, "-f", func(v string) bool { return v == cfg })
+}
 
 // LogPath collects the master's stdout and stderr: its alerts are what a
 // failed start or reload answers with.

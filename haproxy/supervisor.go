@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -341,12 +340,7 @@ func (in *instance) command() (*exec.Cmd, error) {
 
 // ours checks that a command line is an HAProxy master running lb's
 // config with lb's master socket.
-func (in *instance) ours(args []string) bool {
-	l := in.s.layout()
-	sock, cfg := l.MasterSocketPath(in.lb), l.ConfigPath(in.lb)
-	return procwatch.ArgAfter(args, "-S", func(v string) bool { return v == sock || strings.HasPrefix(v, sock+",") }) &&
-		procwatch.ArgAfter(args, "-f", func(v string) bool { return v == cfg })
-}
+func (in *instance) ours(args []string) bool { return in.s.layout().Runs(in.lb, args) }
 
 // died runs before a master that died is started again: a config that
 // never proved itself is replaced by the last good one first.

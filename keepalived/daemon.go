@@ -96,16 +96,13 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 			cmd.Dir = f.Dir
 			return cmd, nil
 		},
-		Launch:    func(cmd *exec.Cmd) error { return netns.StartIn(o.Namespace, cmd) },
-		PidPath:   f.Pid,
-		LogPath:   f.Log,
-		StatePath: f.State,
-		Clean:     []string{f.VRRPPid, f.CheckPid},
-		ProcDir:   o.ProcDir,
-		Ours: func(a []string) bool {
-			return procwatch.ArgAfter(a, "-f", func(s string) bool { return s == f.Config }) &&
-				procwatch.ArgAfter(a, "-p", func(s string) bool { return s == f.Pid })
-		},
+		Launch:       func(cmd *exec.Cmd) error { return netns.StartIn(o.Namespace, cmd) },
+		PidPath:      f.Pid,
+		LogPath:      f.Log,
+		StatePath:    f.State,
+		Clean:        []string{f.VRRPPid, f.CheckPid},
+		ProcDir:      o.ProcDir,
+		Ours:         f.Runs,
 		Backoff:      o.Backoff,
 		StartTimeout: startTimeout,
 		Journal:      journalfwd.Options{Sink: o.Journal, Identifier: f.forwardedAs(), Priority: priority, Skip: isLogLine},
@@ -236,4 +233,12 @@ func (k *daemon) wantFromUpload() error {
 		return nil
 	}
 	return k.d.SetDesiredLocked(true)
+}
+
+// Runs tells whether args, a process's command line, is that of the
+// keepalived these files belong to (its config and main pid file).
+// Supervision adopts by it and status recognizes the process by it.
+func (f Files) Runs(args []string) bool {
+	return procwatch.ArgAfter(args, "-f", func(s string) bool { return s == f.Config }) &&
+		procwatch.ArgAfter(args, "-p", func(s string) bool { return s == f.Pid })
 }

@@ -145,9 +145,8 @@ func (c *collector) loadBalancers(ctx context.Context, l haproxy.Layout) {
 		c.unknown("load balancers: " + err.Error())
 	}
 	for _, lb := range ids {
-		cfgPath := l.ConfigPath(lb)
 		p := c.process(l.StatePath(lb), l.PidPath(lb), l.LogPath(lb), []string{l.JournalIdentifier(lb)}, func(args []string) bool {
-			return procwatch.ArgAfter(args, "-f", func(v string) bool { return v == cfgPath })
+			return l.Runs(lb, args)
 		})
 		out := LoadBalancer{ID: lb, Process: p, Workers: []int{}, Listeners: []Listener{}}
 		if p.Running {
@@ -191,7 +190,7 @@ func (c *collector) vrrp(l keepalived.VRRPLayout, links []Link) {
 		return
 	}
 	f := l.Files()
-	p := c.process(f.State, f.Pid, f.Log, f.Journal, keepalivedOurs(f))
+	p := c.process(f.State, f.Pid, f.Log, f.Journal, f.Runs)
 	v := &VRRP{Process: p, VIPs: []string{}, ConfiguredVIPs: []string{}}
 	held := map[string]bool{}
 	for _, ln := range links {
@@ -214,12 +213,6 @@ func (c *collector) vrrp(l keepalived.VRRPLayout, links []Link) {
 	c.r.VRRP = v
 }
 
-func keepalivedOurs(f keepalived.Files) func([]string) bool {
-	return func(args []string) bool {
-		return procwatch.ArgAfter(args, "-f", func(v string) bool { return v == f.Config })
-	}
-}
-
 func (c *collector) lvs(l keepalived.LVSLayout) {
 	ids, err := l.Listeners()
 	if err != nil {
@@ -228,7 +221,7 @@ func (c *collector) lvs(l keepalived.LVSLayout) {
 	for _, id := range ids {
 		f := l.Files(id)
 		c.r.LVSListeners = append(c.r.LVSListeners, LVSListener{ID: id,
-			Process: c.process(f.State, f.Pid, f.Log, f.Journal, keepalivedOurs(f)), Status: l.Status(id)})
+			Process: c.process(f.State, f.Pid, f.Log, f.Journal, f.Runs), Status: l.Status(id)})
 	}
 }
 

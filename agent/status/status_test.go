@@ -64,7 +64,8 @@ func fakeState(t *testing.T, dir string) (cfgText string, sys System) {
 	write(filepath.Join(vrrp, "octavia-keepalived.pid"), "4200\n")
 	write(filepath.Join(vrrp, "octavia-keepalived.log.1"), "Starting Keepalived v2\n(x) Entering BACKUP STATE (init)\n")
 	write(filepath.Join(vrrp, "octavia-keepalived.log"), "Starting Keepalived v2\n(x) Entering BACKUP STATE (init)\n(x) Entering MASTER STATE\n")
-	process(4200, 1260000, "/usr/sbin/keepalived", "--dont-fork", "--log-console", "-f", filepath.Join(vrrp, "octavia-keepalived.conf"))
+	process(4200, 1260000, "/usr/sbin/keepalived", "--dont-fork", "--log-console", "-f", filepath.Join(vrrp, "octavia-keepalived.conf"),
+		"-p", filepath.Join(vrrp, "octavia-keepalived.pid"))
 
 	lvs := filepath.Join(base, "lvs")
 	write(filepath.Join(lvs, "octavia-keepalivedlvs-"+lvsID+".conf"), "virtual_server_group x {\n}\n")
