@@ -78,6 +78,9 @@ func (a *Agent) VRRPAction(ctx context.Context, action string) (string, error) {
 		return "", fault.Invalid("Invalid Request", "Unknown action: "+action)
 	}
 	if err != nil {
+		if _, ok := fault.As(err); ok {
+			return "", err
+		}
 		return "", fault.Internal("Failed to "+action+" octavia-keepalived service", err.Error(), err)
 	}
 	// Sic: upstream appends "ed", hence "stoped".

@@ -73,6 +73,8 @@ func TestVRRPActions(t *testing.T) {
 			err: "500|Failed to reload octavia-keepalived service|gone", calls: "start"},
 		{action: "stop", fail: errors.New("did not exit"),
 			err: "500|Failed to stop octavia-keepalived service|did not exit", calls: "stop"},
+		{action: "stop", fail: fault.Internal("keepalived stopped, but its stopped state could not be recorded", "no space left on device", nil),
+			err: "500|keepalived stopped, but its stopped state could not be recorded|no space left on device", calls: "stop"},
 	}
 	status := map[fault.Kind]string{fault.KindInvalid: "400", fault.KindInternal: "500"}
 	for _, c := range cases {

@@ -13,6 +13,7 @@ import (
 	"github.com/coreos/go-systemd/v22/journal"
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/netns"
@@ -171,11 +172,18 @@ func (k *daemon) reloadLocked() error {
 func (k *daemon) stop() error {
 	k.d.Lock()
 	defer k.d.Unlock()
-	if err := k.d.SetDesiredLocked(false); err != nil {
-		return err
-	}
+	// keepalived stops even when its stopped state cannot be recorded (a
+	// full disk): the controller asked for it, and hears about the record
+	// after. A VRRP instance left running would keep the VIPs.
+	recErr := k.d.SetDesiredLocked(false)
 	k.d.AdoptLocked(context.Background())
-	return k.d.StopLocked()
+	if err := k.d.StopLocked(); err != nil {
+		return errors.Join(err, recErr)
+	}
+	if recErr != nil {
+		return fault.Internal("keepalived stopped, but its stopped state could not be recorded", recErr.Error(), recErr)
+	}
+	return nil
 }
 
 // remove stops keepalived for good: its files are about to go.

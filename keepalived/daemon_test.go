@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
@@ -205,5 +206,38 @@ func TestIsLogLine(t *testing.T) {
 		if got := isLogLine([]byte(line)); got != want {
 			t.Errorf("isLogLine(%q) = %v", line, got)
 		}
+	}
+}
+
+// A stop whose state cannot be recorded (a full disk, here a folder in
+// the state file's place) still stops keepalived, and says what failed.
+func TestFakeKeepalivedStopsWhenItsStateCannotBeRecorded(t *testing.T) {
+	e := newFakeEnv(t)
+	v := e.vrrp(t)
+	ctx := context.Background()
+	if err := v.Upload(ctx, []byte("global_defs {}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := v.Pid()
+	state := v.Layout().StatePath()
+	if err := os.Remove(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(state, "blocker"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := v.Stop(ctx)
+	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInternal ||
+		fe.Message != "keepalived stopped, but its stopped state could not be recorded" || fe.Details == "" {
+		t.Fatalf("stop: %v", err)
+	}
+	if v.Running() || syscall.Kill(pid, 0) == nil {
+		t.Fatalf("keepalived %d still runs after stop", pid)
+	}
+	if _, err := os.Stat(v.Layout().PidPath()); !os.IsNotExist(err) {
+		t.Fatalf("pid file after stop: %v", err)
 	}
 }

@@ -327,7 +327,8 @@ func parentOf(pid int) int {
 // starts none without room for its pid file, and PUT /1.0/vrrp/start
 // answers that the disk is full; no keepalived of this amphora runs
 // meanwhile. Once there is room a start works and a
-// restarted agent adopts that keepalived: exactly one runs.
+// restarted agent adopts that keepalived: exactly one runs. A stop on a
+// full disk still stops it.
 func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 	topo.RequireRoot(t)
 	if _, err := os.Stat("/usr/sbin/keepalived"); err != nil {
@@ -397,4 +398,15 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 	if now := mainsOf("keepalived", cfgPath); len(now) != 1 || now[0] != mains[0] {
 		t.Errorf("keepalived main processes after an agent restart: %v, want [%d]\n%s", now, mains[0], e.Output())
 	}
+
+	// Stop on a full disk stops keepalived (a backup left running would
+	// keep bidding for the VIP) and says its state could not be recorded.
+	fill(t, e.Dir)
+	status, _, body = e.Do("PUT", "/1.0/vrrp/stop", nil)
+	if status != 500 || !strings.Contains(string(body), "keepalived stopped") || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+		t.Errorf("stop on a full disk: %d %s", status, body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "keepalived to stop", func() bool {
+		return len(daemonsOf("keepalived", cfgPath)) == 0
+	})
 }
