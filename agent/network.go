@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"strings"
+	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 
@@ -48,6 +50,69 @@ func (a *Agent) PrepareNetwork(ctx context.Context) error {
 	}
 	a.log.Info("network namespace ready", zap.String("namespace", a.Config().Namespace))
 	return nil
+}
+
+// How long the agent keeps looking for plugged NICs that are not back
+// when it starts, and how often; a PCI rescan is asked for every
+// lateRescanEvery meanwhile.
+const (
+	LatePortsFor    = 10 * time.Minute
+	latePortsEvery  = 2 * time.Second
+	lateRescanEvery = 30 * time.Second
+)
+
+// WatchLatePorts finishes the restore of plugged ports whose NIC appears
+// only after start-up (late enumeration after a reboot): until none is
+// missing, or for at most limit, it moves each one that appeared into the
+// namespace and brings it up, holding the mutation lock for each attempt.
+// Before, such a port stayed unplugged until the controller plugged it
+// again.
+func (a *Agent) WatchLatePorts(ctx context.Context, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	var lastRescan time.Time
+	var waiting string
+	for {
+		var missing []netns.Plugged
+		err := a.Exclusive(ctx, func(ctx context.Context) error {
+			rescan := time.Since(lastRescan) >= lateRescanEvery
+			if rescan {
+				lastRescan = time.Now()
+			}
+			var err error
+			missing, err = a.network().AdoptLatePorts(ctx, rescan)
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			a.log.Error("restoring a late plugged interface", zap.Error(err))
+		}
+		if len(missing) == 0 {
+			if waiting != "" {
+				a.log.Info("every plugged interface is back in the namespace")
+			}
+			return
+		}
+		names := make([]string, len(missing))
+		for i, p := range missing {
+			names[i] = p.Name + " (" + p.MAC.String() + ")"
+		}
+		if now := strings.Join(names, ", "); now != waiting {
+			waiting = now
+			a.log.Warn("waiting for plugged interfaces to appear", zap.String("interfaces", now),
+				zap.Duration("at_most", time.Until(deadline).Round(time.Second)))
+		}
+		if time.Now().After(deadline) {
+			a.log.Error("plugged interfaces never appeared; they stay unplugged until the controller plugs them again",
+				zap.String("interfaces", waiting))
+			return
+		}
+		t := time.NewTimer(latePortsEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // PlugVIP is POST /1.0/plug/vip/{vip}: it returns the 202 details text.

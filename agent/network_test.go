@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -155,4 +156,78 @@ func linkIn(k netns.Kernel, ns, name string) (netns.Link, error) {
 		}
 	}
 	return netns.Link{}, fmt.Errorf("no link %s in %s", name, ns)
+}
+
+// TestLatePortIsAdoptedWhenItAppears: after a reboot a plugged NIC that is
+// not back when the agent starts is moved in and brought up from its file
+// once it appears, with no controller call; the watch then ends.
+func TestLatePortIsAdoptedWhenItAppears(t *testing.T) {
+	k := netnstest.NewKernel()
+	const mac = "fa:16:3e:a9:00:02"
+	k.AddLink("", "ens4", mac)
+	ns := "aa-fake-" + randHex(3)
+	a, dir := netAgent(t, k, ns, "SINGLE")
+	ctx := context.Background()
+	if err := a.PrepareNetwork(ctx); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": "` + mac + `", "vrrp_ip": "203.0.113.4", "mtu": 1400}`
+	if _, err := a.PlugVIP(ctx, "203.0.113.10", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	want := k.Dump()
+
+	// The reboot: a kernel without the NIC, for now.
+	k2 := netnstest.NewKernel()
+	a2 := New(Options{Config: a.Config(), Log: zaptest.NewLogger(t), Runner: fakeRunner{}, Kernel: k2})
+	if err := a2.PrepareNetwork(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := linkIn(k2, ns, "eth1"); err == nil {
+		t.Fatal("eth1 restored before its NIC existed")
+	}
+	rescan := filepath.Join(dir, "pci-rescan")
+	if err := os.WriteFile(rescan, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { a2.WatchLatePorts(ctx, time.Minute); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for data, _ := os.ReadFile(rescan); string(data) != "1"; data, _ = os.ReadFile(rescan) {
+		if time.Now().After(deadline) {
+			t.Fatal("no PCI rescan asked for while the NIC was missing")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	k2.AddLink("", "ens4", mac)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end once the NIC appeared")
+	}
+	if got := k2.Dump(); got != want {
+		t.Errorf("after the late NIC\n%s\nwant (before the reboot)\n%s", got, want)
+	}
+}
+
+// TestLatePortWatchGivesUp: a NIC that never appears is looked for until
+// the limit, not forever.
+func TestLatePortWatchGivesUp(t *testing.T) {
+	k := netnstest.NewKernel()
+	ns := "aa-fake-" + randHex(3)
+	a, dir := netAgent(t, k, ns, "SINGLE")
+	if err := os.WriteFile(filepath.Join(dir, "plugged_interfaces"), []byte("fa:16:3e:a9:00:03 eth1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := a.PrepareNetwork(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { a.WatchLatePorts(ctx, 100*time.Millisecond); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch for a NIC that never appears did not end")
+	}
 }

@@ -16,8 +16,8 @@ func (n *Network) WriteLoFile() error { return WriteInterfaceFile(n.cfg.NetworkD
 // the namespace is ensured, every port of the plugged-interfaces file that
 // is back in the agent's namespace is moved into it under its recorded
 // name, and every interface file is applied (`interface up all`). Ports
-// that are gone are logged; one failing interface does not stop the
-// others. What the upstream image did with its amphora-netns unit.
+// whose NIC is not back yet are logged and left to AdoptLatePorts; one
+// failing interface does not stop the others. What the upstream image did with its amphora-netns unit.
 func (n *Network) Restore(ctx context.Context) error {
 	if err := n.WriteLoFile(); err != nil {
 		n.log.Warn("cannot write lo.json", zap.Error(err))
@@ -30,9 +30,16 @@ func (n *Network) Restore(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	// A port whose NIC is not back yet is brought up by AdoptLatePorts
+	// once it appears, not reported as a failure now.
+	late := map[string]bool{}
 	if len(plugged) > 0 {
-		if err := n.movePlugged(plugged); err != nil {
+		_, missing, err := n.movePlugged(plugged)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		for _, p := range missing {
+			late[p.Name] = true
 		}
 	}
 	// The VIP firewall comes back before the interfaces do, so the VIP is
@@ -43,21 +50,24 @@ func (n *Network) Restore(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := n.Interfaces(ctx, "up", "all"); err != nil {
+	if err := n.interfaces(ctx, "up", "all", late); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-func (n *Network) movePlugged(plugged []Plugged) error {
+// movePlugged moves every plugged port whose NIC is in the agent's
+// namespace into the data-plane namespace under its recorded name. It
+// returns the names it moved and the ports whose NIC is in neither.
+func (n *Network) movePlugged(plugged []Plugged) (moved []string, missing []Plugged, err error) {
 	host, err := n.kernel.Open("")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer host.Close()
 	inside, err := n.kernel.Open(n.cfg.Namespace)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer inside.Close()
 	var errs []error
@@ -74,21 +84,49 @@ func (n *Network) movePlugged(plugged []Plugged) error {
 			continue
 		}
 		if !ok {
-			n.log.Warn("plugged interface not present; not restored", zap.Stringer("mac", p.MAC), zap.String("name", p.Name))
+			n.log.Warn("plugged interface not present yet", zap.Stringer("mac", p.MAC), zap.String("name", p.Name))
+			missing = append(missing, p)
 			continue
 		}
 		if err := host.Move(l.Index, n.cfg.Namespace, p.Name); err != nil {
 			errs = append(errs, fmt.Errorf("move %s into %s as %s: %w", l.Name, n.cfg.Namespace, p.Name, err))
 			continue
 		}
+		moved = append(moved, p.Name)
 		n.log.Info("plugged interface restored into the namespace", zap.String("from", l.Name), zap.String("name", p.Name), zap.Stringer("mac", p.MAC))
 	}
-	return errors.Join(errs...)
+	return moved, missing, errors.Join(errs...)
+}
+
+// AdoptLatePorts finishes the restore of plugged ports whose NIC was not
+// back when Restore ran (a NIC that enumerates late after a reboot): each
+// one now in the agent's namespace is moved in and brought up from its
+// interface file. It returns the ports still missing; with rescan set it
+// also asks for a PCI rescan when some are.
+func (n *Network) AdoptLatePorts(ctx context.Context, rescan bool) ([]Plugged, error) {
+	plugged, err := ReadPlugged(n.cfg.PluggedFile)
+	if err != nil || len(plugged) == 0 {
+		return nil, err
+	}
+	moved, missing, err := n.movePlugged(plugged)
+	errs := []error{err}
+	for _, name := range moved {
+		errs = append(errs, n.Interfaces(ctx, "up", name))
+	}
+	if len(missing) > 0 && rescan {
+		n.pciRescan()
+	}
+	return missing, errors.Join(errs...)
 }
 
 // Interfaces is `interface up|down <name|all>`: it applies (or takes
 // down) the named interface file, or all of them.
 func (n *Network) Interfaces(ctx context.Context, action, name string) error {
+	return n.interfaces(ctx, action, name, nil)
+}
+
+// interfaces is Interfaces, skipping the named files when name is "all".
+func (n *Network) interfaces(ctx context.Context, action, name string, skip map[string]bool) error {
 	var fn func(context.Context, *InterfaceFile) error
 	switch action {
 	case "up":
@@ -114,6 +152,9 @@ func (n *Network) Interfaces(ctx context.Context, action, name string) error {
 		files = []*InterfaceFile{f}
 	}
 	for _, f := range files {
+		if skip[f.Name] {
+			continue
+		}
 		if err := fn(ctx, f); err != nil {
 			errs = append(errs, fmt.Errorf("action %s on interface %s: %w", action, f.Name, err))
 		}

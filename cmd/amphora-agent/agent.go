@@ -154,6 +154,8 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 			why, cfg.Namespace))
 	} else {
 		netErr = a.PrepareNetwork(ctx)
+		// A plugged NIC that is not back yet is moved in when it appears.
+		bg.start("late ports", func() error { a.WatchLatePorts(ctx, agent.LatePortsFor); return nil })
 	}
 	a.Start(ctx)
 	// Load balancers come back in the background so the API answers at

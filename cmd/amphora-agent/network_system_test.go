@@ -449,15 +449,18 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	// Simulated reboot: the agent and HAProxy stop, the NICs come back in
 	// the default namespace, bare (default MTU, no addresses), under their
 	// boot names, the namespace is gone. (Moving a veth out first:
-	// deleting the namespace would destroy it.)
+	// deleting the namespace would destroy it.) The member NIC comes back
+	// late: it waits in a namespace of its own until the agent runs.
 	r.env.Stop()
 	hap.kill()
 	pid := strconv.Itoa(os.Getpid())
-	for dev, orig := range map[string]string{"eth1": r.vipNIC.A.Name, "eth2": r.memNIC.A.Name} {
+	hold := topo.NewNamespace(t, "late")
+	for dev, to := range map[string]string{"eth1": pid, "eth2": hold.Name} {
+		orig := map[string]string{"eth1": r.vipNIC.A.Name, "eth2": r.memNIC.A.Name}[dev]
 		r.ip(t, "addr", "flush", "dev", dev)
 		r.ip(t, "link", "set", "dev", dev, "down")
 		r.ip(t, "link", "set", "dev", dev, "mtu", "1500")
-		r.ip(t, "link", "set", "dev", dev, "netns", pid, "name", orig)
+		r.ip(t, "link", "set", "dev", dev, "netns", to, "name", orig)
 	}
 	if out, err := exec.Command("ip", "netns", "delete", r.amp.Name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns delete: %v %s", err, out)
@@ -468,7 +471,23 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	if !r.amp.Exists() {
 		t.Fatalf("namespace not recreated\n%s", r.env.Output())
 	}
-	if after := r.state(t); after != before {
+	if out, err := r.amp.Exec(context.Background(), "ip", "link", "show", "dev", "eth2"); err == nil {
+		t.Fatalf("eth2 is in the namespace before its NIC came back:\n%s", out)
+	}
+	// The late NIC appears; the agent moves it in and brings it up from
+	// its file, with no controller call.
+	if out, err := hold.Exec(context.Background(), "ip", "link", "set", "dev", r.memNIC.A.Name, "netns", pid); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the late member NIC moved into the namespace", func() bool {
+		_, err := r.amp.Exec(context.Background(), "ip", "link", "show", "dev", "eth2")
+		return err == nil
+	})
+	after := r.state(t)
+	for deadline := time.Now().Add(10 * time.Second); after != before && time.Now().Before(deadline); after = r.state(t) {
+		time.Sleep(50 * time.Millisecond) // its addresses and routes follow the move
+	}
+	if after != before {
 		t.Errorf("state after the reboot differs\n--- after\n%s\n--- before\n%s\nagent output:\n%s", after, before, r.env.Output())
 	}
 	// The agent restores the load balancer on its own, after the network.
