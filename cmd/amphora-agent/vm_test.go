@@ -210,14 +210,15 @@ print(json.dumps(status_message.unwrap_envelope(binascii.unhexlify(sys.argv[1]),
 type vmNet struct {
 	client, member *topo.Namespace
 	server         *topo.Server
-	udp            []*topo.UDPEcho // the UDP listener's members
+	udp            []*topo.UDPEcho  // the UDP listener's members
+	sctp           []*topo.SCTPEcho // the SCTP listener's members
 }
 
 const (
 	vmVIP        = "203.0.113.10"
 	vmClientIP   = "203.0.113.1"
 	vmServerIP   = "198.51.100.1"
-	vmServer2IP  = "198.51.100.2" // the second UDP member
+	vmServer2IP  = "198.51.100.2" // the second UDP and SCTP member
 	vmServerPort = 8080
 	vmBridge     = "br0"
 
@@ -233,14 +234,15 @@ const (
 	vmSCTPList    = "d2000001-0000-4000-8000-000000000001"
 	vmSCTPPool    = "d2000002-0000-4000-8000-000000000002"
 	vmSCTPMonitor = "d2000003-0000-4000-8000-000000000003"
-	vmSCTPMember  = "d2000004-0000-4000-8000-000000000004"
+	vmSCTPMember1 = "d2000004-0000-4000-8000-000000000004"
+	vmSCTPMember2 = "d2000005-0000-4000-8000-000000000005"
 )
 
 // vmLVSSpec is the load balancer's UDP listener (two echo members, a
-// UDP-CONNECT monitor) and SCTP listener (an SCTP monitor; this host's
-// kernel has no SCTP, so its member never answers). The monitors' timeouts
-// leave room for a slow emulated VM: a check that runs out of time counts
-// as a failure.
+// UDP-CONNECT monitor) and SCTP listener (two echo members on user-space
+// SCTP, as this host's kernel may have none; an SCTP monitor). The
+// monitors' timeouts leave room for a slow emulated VM: a check that runs
+// out of time counts as a failure.
 func vmLVSSpec(t *testing.T) string {
 	return lvsSpecArg(t, udpListenerSpec(), sctpListenerSpec())
 }
@@ -265,7 +267,9 @@ func udpListenerSpec() lvsListener {
 func sctpListenerSpec() lvsListener {
 	return lvsListener{ID: vmSCTPList, Protocol: "SCTP", Port: vmSCTPPort, PoolID: vmSCTPPool,
 		Monitor: &lvsMonitor{ID: vmSCTPMonitor, Delay: 5, Timeout: 2, Fall: 1},
-		Members: []lvsMember{{ID: vmSCTPMember, Address: vmServerIP, Port: vmSCTPPort, Weight: 1, Enabled: true}}}
+		Members: []lvsMember{
+			{ID: vmSCTPMember1, Address: vmServerIP, Port: vmSCTPPort, Weight: 1, Enabled: true},
+			{ID: vmSCTPMember2, Address: vmServer2IP, Port: vmSCTPPort, Weight: 1, Enabled: true}}}
 }
 
 func ipCmd(t *testing.T, args ...string) {
@@ -288,41 +292,69 @@ func newDataPlane(t *testing.T) *vmNet {
 	ipCmd(t, "-n", n.member.Name, "addr", "add", vmServer2IP+"/24", "dev", vmBridge)
 	for i, ip := range []string{vmServerIP, vmServer2IP} {
 		n.udp = append(n.udp, n.member.ServeUDPEcho(t, fmt.Sprintf("%s:%d", ip, vmUDPPort), fmt.Sprintf("udp-member-%d", i+1)))
+		n.sctp = append(n.sctp, n.member.ServeSCTPEcho(t, fmt.Sprintf("%s:%d", ip, vmSCTPPort), fmt.Sprintf("sctp-member-%d", i+1)))
 	}
 	return n
+}
+
+func (n *vmNet) udpAsk() (string, error) {
+	return n.client.UDPAsk(fmt.Sprintf("%s:%d", vmVIP, vmUDPPort), []byte("ping"), 2*time.Second)
+}
+
+// sctpAsk is one SCTP association to the VIP from a new source port.
+func (n *vmNet) sctpAsk() (string, error) {
+	return n.client.SCTPAsk(fmt.Sprintf("%s:%d", vmVIP, vmSCTPPort), []byte("ping"), 3*time.Second)
 }
 
 // udpServed sends datagrams to the UDP listener from new client ports
 // until every wanted member has answered (IPVS schedules each new flow).
 func udpServed(t *testing.T, n *vmNet, timeout time.Duration, want ...string) {
 	t.Helper()
-	seen := map[string]bool{}
+	servedBy(t, "UDP", n.udpAsk, timeout, want...)
+}
+
+// servedBy asks through the VIP, a new flow each time, until every wanted
+// member has answered.
+func servedBy(t *testing.T, proto string, ask func() (string, error), timeout time.Duration, want ...string) {
+	t.Helper()
+	seen := map[string]int{}
 	var lastErr error
-	testenv.WaitFor(t, timeout, fmt.Sprintf("UDP answers from %v through the VIP", want), func() bool {
-		got, err := n.client.UDPAsk(fmt.Sprintf("%s:%d", vmVIP, vmUDPPort), []byte("ping"), 2*time.Second)
+	testenv.WaitFor(t, timeout, fmt.Sprintf("%s answers from %v through the VIP", proto, want), func() bool {
+		got, err := ask()
 		if err != nil {
 			lastErr = err
 			return false
 		}
-		seen[got] = true
+		seen[got]++
 		for _, w := range want {
-			if !seen[w] {
+			if seen[w] == 0 {
 				return false
 			}
 		}
 		return true
 	})
-	t.Logf("UDP through the VIP answered by %v (last error %v)", seen, lastErr)
+	t.Logf("%s through the VIP answered by %v (last error %v)", proto, seen, lastErr)
 }
 
 // udpMembers waits for a heartbeat whose UDP pool has these member
 // statuses, and returns it.
 func (a *amphora) udpMembers(t *testing.T, timeout time.Duration, m1, m2 string) (health.Message, []byte) {
 	t.Helper()
-	want := map[string]string{vmUDPMember1: m1, vmUDPMember2: m2}
-	return a.hb.waitFor(timeout, vmKey, fmt.Sprintf("UDP members %s/%s", m1, m2), func(m health.Message) bool {
-		p, ok := m.Pools[vmUDPPool]
-		return ok && reflect.DeepEqual(p.Members, want) && m.Listeners[vmUDPListener].Status == "OPEN"
+	return a.lvsMembers(t, timeout, vmUDPListener, vmUDPPool, map[string]string{vmUDPMember1: m1, vmUDPMember2: m2})
+}
+
+func (a *amphora) sctpMembers(t *testing.T, timeout time.Duration, m1, m2 string) (health.Message, []byte) {
+	t.Helper()
+	return a.lvsMembers(t, timeout, vmSCTPList, vmSCTPPool, map[string]string{vmSCTPMember1: m1, vmSCTPMember2: m2})
+}
+
+// lvsMembers waits for a heartbeat with the listener OPEN and its pool's
+// members in these statuses.
+func (a *amphora) lvsMembers(t *testing.T, timeout time.Duration, listener, pool string, want map[string]string) (health.Message, []byte) {
+	t.Helper()
+	return a.hb.waitFor(timeout, vmKey, fmt.Sprintf("pool %s members %v", pool, want), func(m health.Message) bool {
+		p, ok := m.Pools[pool]
+		return ok && reflect.DeepEqual(p.Members, want) && m.Listeners[listener].Status == "OPEN"
 	})
 }
 
@@ -574,7 +606,7 @@ func TestVMSingleAmphora(t *testing.T) {
 		a.udpMembers(t, time.Minute, "UP", "DOWN")
 		t.Logf("member 2 DOWN in the heartbeats %v after it stopped answering", time.Since(stopped).Round(100*time.Millisecond))
 		for i := 0; i < 6; i++ {
-			if got, err := n.client.UDPAsk(fmt.Sprintf("%s:%d", vmVIP, vmUDPPort), []byte("ping"), 2*time.Second); err != nil || got != "udp-member-1" {
+			if got, err := n.udpAsk(); err != nil || got != "udp-member-1" {
 				t.Fatalf("with member 2 down, datagram %d: %q %v", i, got, err)
 			}
 		}
@@ -586,21 +618,48 @@ func TestVMSingleAmphora(t *testing.T) {
 		t.Logf("member 2 UP again %v after it came back", time.Since(back).Round(100*time.Millisecond))
 		udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
 
-		// SCTP: keepalived programs the SCTP virtual service; the member's
-		// SCTP monitor (amphora-health-checker) gets no answer from this
-		// host, whose kernel has no SCTP, so the member is DOWN.
+		// SCTP, the same way: keepalived programs the SCTP virtual
+		// service, its SCTP monitor (amphora-health-checker, raw INIT and
+		// ABORT) finds both members UP, associations to the VIP reach both
+		// (round robin, each from a new source port), a stopped member
+		// turns DOWN while the other serves, and UP when it is back. The
+		// members are user-space SCTP (sctppeer): the host's kernel needs
+		// no SCTP, and a stopped member's kernel answers the checker's INIT
+		// with ICMP protocol unreachable (exit 1, down).
+		sctpStart := time.Now()
+		t.Logf("SCTP in the VM's kernel: %s", strings.TrimSpace(a.MustExec(
+			"grep -c ^SCTP /proc/net/protocols | sed 's/^/sctp sockets: /'; grep -E '^CONFIG_IP_VS_PROTO_SCTP|^CONFIG_IP_SCTP=' /boot/config-$(uname -r) || true")))
 		if table := a.MustExec("ip netns exec amphora-haproxy ipvsadm -Ln"); !regexp.MustCompile(fmt.Sprintf(`SCTP\s+%s:%d\s`, vmVIP, vmSCTPPort)).MatchString(table) {
 			t.Fatalf("no SCTP virtual service:\n%s", table)
 		}
-		a.hb.waitFor(time.Minute, vmKey, "the SCTP listener OPEN, its member DOWN", func(m health.Message) bool {
-			return m.Listeners[vmSCTPList].Status == "OPEN" &&
-				reflect.DeepEqual(m.Pools[vmSCTPPool], health.Pool{Status: "DOWN", Members: map[string]string{vmSCTPMember: "DOWN"}})
+		a.sctpMembers(t, time.Minute, "UP", "UP")
+		servedBy(t, "SCTP", n.sctpAsk, time.Minute, "sctp-member-1", "sctp-member-2")
+		a.hb.waitFor(30*time.Second, vmKey, "IPVS counters of the SCTP listener", func(m health.Message) bool {
+			st := m.Listeners[vmSCTPList].Stats
+			return st.RX > 0 && st.TX > 0 && st.TotConns > 0
 		})
+		n.sctp[1].Stop()
+		stopped = time.Now()
+		a.sctpMembers(t, time.Minute, "UP", "DOWN")
+		t.Logf("SCTP member 2 DOWN in the heartbeats %v after it stopped", time.Since(stopped).Round(100*time.Millisecond))
+		for i := 0; i < 6; i++ {
+			if got, err := n.sctpAsk(); err != nil || got != "sctp-member-1" {
+				t.Fatalf("with SCTP member 2 down, association %d: %q %v", i, got, err)
+			}
+		}
+		if err := n.sctp[1].Start(); err != nil {
+			t.Fatal(err)
+		}
+		back = time.Now()
+		a.sctpMembers(t, time.Minute, "UP", "UP")
+		t.Logf("SCTP member 2 UP again %v after it came back", time.Since(back).Round(100*time.Millisecond))
+		servedBy(t, "SCTP", n.sctpAsk, time.Minute, "sctp-member-1", "sctp-member-2")
 		checks := a.MustExec("journalctl -b --no-pager | grep 'amphora-health-checker' | tail -3 || true")
 		t.Logf("keepalived on the SCTP monitor:\n%s", checks)
 		if strings.Contains(checks, "status 127") || strings.Contains(checks, "status 126") {
 			t.Fatal("keepalived could not run amphora-health-checker")
 		}
+		t.Logf("the SCTP part took %v", time.Since(sctpStart).Round(time.Second))
 	})
 
 	// HAProxy's output is in the journal under upstream's unit name, and
@@ -714,10 +773,12 @@ func TestVMSingleAmphora(t *testing.T) {
 		if log := a.MustExec("ls -l /var/lib/octavia/" + hapLB + "/haproxy.log"); !strings.Contains(log, "haproxy.log") {
 			t.Fatalf("HAProxy's log is not where the README says: %s", log)
 		}
-		// The UDP listener too: its keepalived restored, both members
-		// checked UP again and served.
+		// The UDP and SCTP listeners too: their keepalived restored, both
+		// members checked UP again and served.
 		udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
 		a.udpMembers(t, time.Minute, "UP", "UP")
+		a.sctpMembers(t, time.Minute, "UP", "UP")
+		servedBy(t, "SCTP", n.sctpAsk, time.Minute, "sctp-member-1", "sctp-member-2")
 	})
 	t.Run("power-loss", func(t *testing.T) { testPowerLoss(t, a, n) })
 }

@@ -34,15 +34,15 @@ const (
 	Other   Result = 3 // another chunk type answered
 )
 
-// Chunk types (RFC 9260 §3.2).
+// Chunk types (RFC 9260 §3.2) the probe sends or reads.
 const (
-	chunkInit    = 1
-	chunkInitAck = 2
-	chunkAbort   = 6
+	ChunkInit    = 1
+	ChunkInitAck = 2
+	ChunkAbort   = 6
 )
 
 const (
-	headerLen = 12 // common header: ports, verification tag, checksum
+	HeaderLen = 12 // common header: ports, verification tag, checksum
 	// The INIT's advertised receive window and stream counts, upstream's.
 	initRwnd      = 106496
 	initOutbound  = 10
@@ -52,61 +52,90 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// packet is a common header and one chunk, with its CRC32c (stored
-// little-endian, RFC 9260 Appendix A).
-func packet(srcPort, dstPort uint16, vtag uint32, chunk []byte) []byte {
-	b := make([]byte, headerLen, headerLen+len(chunk))
+// Packet is a common header and its chunks (each padded, as Chunk makes
+// them), with its CRC32c (stored little-endian, RFC 9260 Appendix A).
+func Packet(srcPort, dstPort uint16, vtag uint32, chunks []byte) []byte {
+	b := make([]byte, HeaderLen, HeaderLen+len(chunks))
 	binary.BigEndian.PutUint16(b[0:], srcPort)
 	binary.BigEndian.PutUint16(b[2:], dstPort)
 	binary.BigEndian.PutUint32(b[4:], vtag)
-	b = append(b, chunk...)
+	b = append(b, chunks...)
 	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b, castagnoli))
 	return b
 }
 
-// initPacket is an INIT without parameters; tag is the initiate tag the
+// ChecksumOK reports whether a packet (common header on) carries its
+// CRC32c.
+func ChecksumOK(p []byte) bool {
+	if len(p) < HeaderLen {
+		return false
+	}
+	c := append([]byte(nil), p...)
+	binary.LittleEndian.PutUint32(c[8:], 0)
+	return binary.LittleEndian.Uint32(p[8:]) == crc32.Checksum(c, castagnoli)
+}
+
+// Chunk is one chunk: type, flags, length (without the padding) and
+// value, padded to 4 bytes.
+func Chunk(typ, flags byte, value []byte) []byte {
+	n := 4 + len(value)
+	c := make([]byte, 4, n+3)
+	c[0], c[1] = typ, flags
+	binary.BigEndian.PutUint16(c[2:], uint16(n))
+	c = append(c, value...)
+	return append(c, make([]byte, (4-n%4)%4)...)
+}
+
+// Strip returns the SCTP packet of what a raw socket read: IPv4 raw
+// sockets deliver the IP header too, IPv6 ones do not. Nil if too short.
+func Strip(data []byte, ipv4 bool) []byte {
+	if ipv4 {
+		if len(data) < 1 || len(data) < int(data[0]&0x0f)*4 {
+			return nil
+		}
+		data = data[int(data[0]&0x0f)*4:]
+	}
+	if len(data) < HeaderLen {
+		return nil
+	}
+	return data
+}
+
+// InitPacket is an INIT without parameters; tag is the initiate tag the
 // answer must carry as its verification tag.
-func initPacket(srcPort, dstPort uint16, tag, tsn uint32) []byte {
-	c := make([]byte, 20)
-	c[0] = chunkInit
-	binary.BigEndian.PutUint16(c[2:], uint16(len(c)))
-	binary.BigEndian.PutUint32(c[4:], tag)
-	binary.BigEndian.PutUint32(c[8:], initRwnd)
-	binary.BigEndian.PutUint16(c[12:], initOutbound)
-	binary.BigEndian.PutUint16(c[14:], initInbound)
-	binary.BigEndian.PutUint32(c[16:], tsn)
-	return packet(srcPort, dstPort, 0, c)
+func InitPacket(srcPort, dstPort uint16, tag, tsn uint32) []byte {
+	v := make([]byte, 16)
+	binary.BigEndian.PutUint32(v[0:], tag)
+	binary.BigEndian.PutUint32(v[4:], initRwnd)
+	binary.BigEndian.PutUint16(v[8:], initOutbound)
+	binary.BigEndian.PutUint16(v[10:], initInbound)
+	binary.BigEndian.PutUint32(v[12:], tsn)
+	return Packet(srcPort, dstPort, 0, Chunk(ChunkInit, 0, v))
 }
 
 // abortPacket aborts the exchange an INIT with this tag started.
 func abortPacket(srcPort, dstPort uint16, tag uint32) []byte {
-	return packet(srcPort, dstPort, tag, []byte{chunkAbort, abortFlagTBit, 0, 4})
+	return Packet(srcPort, dstPort, tag, Chunk(ChunkAbort, abortFlagTBit, nil))
 }
 
 // answer returns the first chunk type of a packet that answers our INIT
-// (ports swapped, our tag), or false. IPv4 raw sockets deliver the IP
-// header too; IPv6 ones do not.
+// (ports swapped, our tag), or false.
 func answer(data []byte, ipv4 bool, srcPort, dstPort uint16, tag uint32) (byte, bool) {
-	if ipv4 {
-		if len(data) < 1 {
-			return 0, false
-		}
-		data = data[int(data[0]&0x0f)*4:]
-	}
-	if len(data) < headerLen+4 ||
+	data = Strip(data, ipv4)
+	if len(data) < HeaderLen+4 ||
 		binary.BigEndian.Uint16(data[0:]) != dstPort ||
 		binary.BigEndian.Uint16(data[2:]) != srcPort ||
 		binary.BigEndian.Uint32(data[4:]) != tag {
 		return 0, false
 	}
-	return data[headerLen], true
+	return data[HeaderLen], true
 }
 
 // Probe sends an INIT to addr:port and waits up to timeout for the
 // answer, writing upstream's progress lines to w. An error means no
 // probe could be sent (no permission for a raw socket, bad address).
 func Probe(ctx context.Context, addr netip.Addr, port uint16, timeout time.Duration, w io.Writer) (Result, error) {
-	family, sa, err := sockaddr(addr)
+	family, sa, err := Sockaddr(addr)
 	if err != nil {
 		return Down, err
 	}
@@ -123,7 +152,7 @@ func Probe(ctx context.Context, addr netip.Addr, port uint16, timeout time.Durat
 	tag := rand.Uint32N(^uint32(0)) + 1 // never 0: an INIT's tag is not
 	srcPort := uint16(1024 + rand.IntN(65536-1024))
 	fmt.Fprintf(w, "Sending INIT packet to %s:%d\n", addr, port)
-	if _, err := unix.Write(fd, initPacket(srcPort, port, tag, rand.Uint32())); err != nil {
+	if _, err := unix.Write(fd, InitPacket(srcPort, port, tag, rand.Uint32())); err != nil {
 		return Down, fmt.Errorf("send INIT to %s: %w", addr, err)
 	}
 
@@ -176,10 +205,10 @@ func wait(ctx context.Context, fd int, ipv4 bool, srcPort, dstPort uint16, tag u
 			continue
 		}
 		switch typ {
-		case chunkInitAck:
+		case ChunkInitAck:
 			fmt.Fprintln(w, "Received INIT ACK")
 			return Up, nil
-		case chunkAbort:
+		case ChunkAbort:
 			fmt.Fprintln(w, "Received ABORT")
 			return Down, nil
 		default:
@@ -189,9 +218,9 @@ func wait(ctx context.Context, fd int, ipv4 bool, srcPort, dstPort uint16, tag u
 	}
 }
 
-// sockaddr is the raw socket's peer; the port stays 0 (an IPv6 raw
-// socket would take it for the protocol).
-func sockaddr(addr netip.Addr) (int, unix.Sockaddr, error) {
+// Sockaddr is a raw socket's address, its family first; the port stays
+// 0 (an IPv6 raw socket would take it for the protocol).
+func Sockaddr(addr netip.Addr) (int, unix.Sockaddr, error) {
 	if addr.Is4() {
 		return unix.AF_INET, &unix.SockaddrInet4{Addr: addr.As4()}, nil
 	}

@@ -19,7 +19,7 @@ import (
 // TestPackets checks the INIT and ABORT bytes field by field, and the
 // checksum against RFC 9260's algorithm run on the zeroed field.
 func TestPackets(t *testing.T) {
-	init := initPacket(4000, 5000, 0x11223344, 0x55667788)
+	init := InitPacket(4000, 5000, 0x11223344, 0x55667788)
 	want := []byte{
 		0x0f, 0xa0, 0x13, 0x88, // ports
 		0, 0, 0, 0, // an INIT's verification tag is 0
@@ -49,7 +49,7 @@ func TestPackets(t *testing.T) {
 
 func TestAnswer(t *testing.T) {
 	reply := func(src, dst uint16, tag uint32, typ byte) []byte {
-		return packet(src, dst, tag, []byte{typ, 0, 0, 4})
+		return Packet(src, dst, tag, []byte{typ, 0, 0, 4})
 	}
 	ipHeader := make([]byte, 24) // IHL 6: options are skipped too
 	ipHeader[0] = 0x46
@@ -60,12 +60,12 @@ func TestAnswer(t *testing.T) {
 		typ  byte
 		ok   bool
 	}{
-		{"INIT ACK", reply(5000, 4000, 7, chunkInitAck), false, chunkInitAck, true},
-		{"ABORT over IPv4", append(ipHeader, reply(5000, 4000, 7, chunkAbort)...), true, chunkAbort, true},
-		{"other tag", reply(5000, 4000, 8, chunkInitAck), false, 0, false},
-		{"other port", reply(5001, 4000, 7, chunkInitAck), false, 0, false},
-		{"our own INIT", initPacket(4000, 5000, 7, 1), false, 0, false},
-		{"short", reply(5000, 4000, 7, chunkInitAck)[:15], false, 0, false},
+		{"INIT ACK", reply(5000, 4000, 7, ChunkInitAck), false, ChunkInitAck, true},
+		{"ABORT over IPv4", append(ipHeader, reply(5000, 4000, 7, ChunkAbort)...), true, ChunkAbort, true},
+		{"other tag", reply(5000, 4000, 8, ChunkInitAck), false, 0, false},
+		{"other port", reply(5001, 4000, 7, ChunkInitAck), false, 0, false},
+		{"our own INIT", InitPacket(4000, 5000, 7, 1), false, 0, false},
+		{"short", reply(5000, 4000, 7, ChunkInitAck)[:15], false, 0, false},
 		{"empty IPv4", nil, true, 0, false},
 	}
 	for _, c := range cases {
@@ -128,10 +128,10 @@ func responder(t *testing.T, family int, port uint16, answer byte) <-chan []byte
 				continue
 			}
 			switch {
-			case p[12] == chunkInit && tag == 0:
+			case p[12] == ChunkInit && tag == 0:
 				src, tag, peer = binary.BigEndian.Uint16(p[0:]), binary.BigEndian.Uint32(p[16:]), from
 				if answer != 0 {
-					unix.Sendto(fd, packet(port, src, tag, []byte{answer, 0, 0, 4}), 0, peer)
+					unix.Sendto(fd, Packet(port, src, tag, []byte{answer, 0, 0, 4}), 0, peer)
 				}
 			case tag != 0 && binary.BigEndian.Uint16(p[0:]) == src:
 				after <- append([]byte(nil), p...)
@@ -152,9 +152,9 @@ func TestProbeFakeMember(t *testing.T) {
 		abort  bool
 		output string
 	}{
-		{"INIT ACK", unix.AF_INET, "127.0.0.1", chunkInitAck, Up, true, "Received INIT ACK"},
-		{"INIT ACK over IPv6", unix.AF_INET6, "::1", chunkInitAck, Up, true, "Received INIT ACK"},
-		{"ABORT", unix.AF_INET, "127.0.0.1", chunkAbort, Down, false, "Received ABORT"},
+		{"INIT ACK", unix.AF_INET, "127.0.0.1", ChunkInitAck, Up, true, "Received INIT ACK"},
+		{"INIT ACK over IPv6", unix.AF_INET6, "::1", ChunkInitAck, Up, true, "Received INIT ACK"},
+		{"ABORT", unix.AF_INET, "127.0.0.1", ChunkAbort, Down, false, "Received ABORT"},
 		{"HEARTBEAT", unix.AF_INET, "127.0.0.1", 4, Other, true, "Received 4 Type chunk"},
 		{"silence", unix.AF_INET, "127.0.0.1", 0, Timeout, false, "Timeout after"},
 	} {
@@ -178,7 +178,7 @@ func TestProbeFakeMember(t *testing.T) {
 			}
 			select {
 			case p := <-after:
-				if len(p) < 16 || p[12] != chunkAbort {
+				if len(p) < 16 || p[12] != ChunkAbort {
 					t.Errorf("after the answer the probe sent % x, want an ABORT", p)
 				}
 			case <-time.After(2 * time.Second):
@@ -222,5 +222,27 @@ func TestProbeKernelSCTP(t *testing.T) {
 	out.Reset()
 	if got, err := Probe(context.Background(), lo, port, 2*time.Second, &out); err != nil || got != Down {
 		t.Errorf("closed port: %d %v, want %d\n%s", got, err, Down, out.String())
+	}
+}
+
+// TestChunkAndChecksum: chunks are padded to 4 bytes with their length
+// unpadded, and ChecksumOK tells a packet from one with a changed byte.
+func TestChunkAndChecksum(t *testing.T) {
+	if got := Chunk(0, 3, []byte("abcde")); !bytes.Equal(got, []byte{0, 3, 0, 9, 'a', 'b', 'c', 'd', 'e', 0, 0, 0}) {
+		t.Errorf("chunk % x", got)
+	}
+	if got := Chunk(ChunkAbort, 1, nil); !bytes.Equal(got, []byte{6, 1, 0, 4}) {
+		t.Errorf("empty chunk % x", got)
+	}
+	p := InitPacket(4000, 5000, 7, 1)
+	if !ChecksumOK(p) {
+		t.Error("ChecksumOK refuses a packet it built")
+	}
+	p[len(p)-1] ^= 1
+	if ChecksumOK(p) || ChecksumOK(p[:4]) {
+		t.Error("ChecksumOK accepts a changed or short packet")
+	}
+	if Strip([]byte{0x45, 0}, true) != nil || Strip(make([]byte, 11), false) != nil {
+		t.Error("Strip returns a short packet")
 	}
 }
