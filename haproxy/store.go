@@ -108,11 +108,6 @@ func (s *Store) Exists(lb string) bool {
 	return err == nil
 }
 
-// groupLine matches what upstream strips from uploads: a `group` directive
-// with the whitespace before it. The group comes from the image's
-// user/group file instead, passed as a second -f.
-var groupLine = regexp.MustCompile(`\s+group\s.+`)
-
 // MD5 is the hex digest the API uses as ETag.
 func MD5(data []byte) string {
 	sum := md5.Sum(data)
@@ -130,7 +125,7 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err := s.Layout.CheckID(lb); err != nil {
 		return fault.Invalid("Invalid request", err.Error())
 	}
-	cfg := groupLine.ReplaceAll(body, nil)
+	cfg := stripGroupLines(body)
 	if err := s.checkFDs(cfg); err != nil {
 		return fault.Invalid("Invalid request", err.Error())
 	}
