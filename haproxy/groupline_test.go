@@ -30,23 +30,14 @@ var groupLineCases = []string{
 	"x\n    group é\n",
 }
 
+func stripUpstream(in []byte) []byte { return upstreamGroupLine.ReplaceAll(in, nil) }
+
 func TestStripGroupLinesAsUpstreamPattern(t *testing.T) {
 	for _, in := range groupLineCases {
-		want := upstreamGroupLine.ReplaceAll([]byte(in), nil)
-		if got := stripGroupLines([]byte(in)); !bytes.Equal(got, want) {
-			t.Errorf("stripGroupLines(%q) = %q, want %q", in, got, want)
-		}
+		sameAs(t, "stripGroupLines", []byte(in), stripGroupLines, stripUpstream, bytes.Equal)
 	}
 }
 
 func FuzzStripGroupLines(f *testing.F) {
-	for _, in := range groupLineCases {
-		f.Add([]byte(in))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		want := upstreamGroupLine.ReplaceAll(in, nil)
-		if got := stripGroupLines(in); !bytes.Equal(got, want) {
-			t.Errorf("stripGroupLines(%q) = %q, want %q", in, got, want)
-		}
-	})
+	fuzzSameAs(f, "stripGroupLines", groupLineCases, stripGroupLines, stripUpstream, bytes.Equal)
 }

@@ -143,8 +143,8 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	}
 	peer := PeerName(amphoraID)
 	// Taken before the check, so that a file changed during it shows.
-	fp := s.fingerprint(cfg, peer)
-	s.memo.set(lb, "")
+	rec := s.fingerprint(cfg, peer, s.memo.get(lb))
+	s.memo.set(lb, nil)
 	if out, err := s.check(ctx, lb, staged, peer); err != nil {
 		if errors.Is(err, errSandbox) {
 			os.Remove(staged)
@@ -173,7 +173,7 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err := fsutil.SyncDir(s.Layout.Dir(lb)); err != nil {
 		return fault.Internalf("%w", err)
 	}
-	s.memo.set(lb, fp)
+	s.memo.set(lb, rec)
 	return nil
 }
 
@@ -332,7 +332,7 @@ func notFound(lb string) error {
 // balancer's (Known) is left alone, and so is anything at a socket path
 // that is not a socket: a config may name any file as its stats socket.
 func (s *Store) Remove(lb string) error {
-	s.memo.set(lb, "")
+	s.memo.set(lb, nil)
 	if !s.Layout.Known(lb) {
 		return nil
 	}
