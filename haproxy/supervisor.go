@@ -39,8 +39,10 @@ const (
 	// for it; a master that dies is handled by OnDeath at any time.
 	settle = procwatch.DefaultSettle
 	// reloadPoll is how often the master is asked for its new worker: the
-	// controller waits for the answer, so the poll is kept short.
-	reloadPoll = 2 * time.Millisecond
+	// controller waits for the answer, so the poll is kept short. While the
+	// master re-executes, its socket refuses at once; once it listens, the
+	// question waits for the answer.
+	reloadPoll = time.Millisecond
 	// restoreParallel is how many load balancers Restore starts at once.
 	restoreParallel = 4
 )
@@ -268,6 +270,10 @@ type instance struct {
 	// proven by ConfirmAfter of uptime.
 	loads       uint64
 	unconfirmed bool
+	// running is the config HAProxy loaded last (uploads replace the
+	// stored one before the reload): what confirm makes the last good one.
+	// Only this process needs it; after a restart nothing is unconfirmed.
+	running []byte
 }
 
 func (s *Supervisor) newInstance(lb string) *instance {
@@ -371,8 +377,15 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	if out, err := in.check(ctx); err != nil {
 		return false, fault.Internal("Error reloading haproxy", out, err)
 	}
+	// Independent, and each mostly waits (on a disk flush, on HAProxy's
+	// dump of its servers): done side by side.
+	saved := make(chan struct{})
+	go func() {
+		defer close(saved)
+		in.saveServersState(ctx)
+	}()
 	in.confirmIfAlive()
-	in.saveServersState(ctx)
+	<-saved
 	offset := in.d.LogSize()
 	worker, err := in.signalReload(ctx, proc)
 	if err == nil {
@@ -492,18 +505,12 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 // loaded records that the stored config now runs. It becomes the last good
 // config once HAProxy has stayed up on it for ConfirmAfter.
 func (in *instance) loaded() {
-	l := in.s.layout()
-	cfg, err := os.ReadFile(l.ConfigPath(in.lb))
-	if err == nil {
-		// Not fsync'd: only confirm reads it, in this process's life
-		// (after a restart nothing is unconfirmed); the durable copy is
-		// the last good one confirm writes.
-		err = fsutil.Write(l.RunningPath(in.lb), cfg, 0o600, fsutil.Atomic)
-	}
+	cfg, err := os.ReadFile(in.s.layout().ConfigPath(in.lb))
 	if err != nil {
 		in.log().Warn("recording the running config", zap.Error(err))
 		return
 	}
+	in.running = cfg
 	in.loads++
 	gen, proc := in.loads, in.d.ProcLocked()
 	in.unconfirmed = true
@@ -626,12 +633,12 @@ func (in *instance) saveServersState(ctx context.Context) {
 // confirm makes the running config the last good one.
 func (in *instance) confirm() {
 	in.unconfirmed = false
-	l := in.s.layout()
-	cfg, err := os.ReadFile(l.RunningPath(in.lb))
-	if err == nil {
-		err = fsutil.WriteFile(l.LastGoodPath(in.lb), cfg, 0o600)
+	cfg := in.running
+	in.running = nil
+	if cfg == nil {
+		return
 	}
-	if err != nil {
+	if err := fsutil.WriteFile(in.s.layout().LastGoodPath(in.lb), cfg, 0o600); err != nil {
 		in.log().Warn("recording the last good config", zap.Error(err))
 	}
 }
