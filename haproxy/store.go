@@ -136,16 +136,20 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 		return fault.Internalf("%w", err)
 	}
 	staged := s.Layout.StagedPath(lb)
-	// Its data is fsync'd now; the directory once, after the promoting
-	// rename below.
-	if err := fsutil.Write(staged, cfg, 0o600, fsutil.DataOnly); err != nil {
+	// Its data is fsync'd while HAProxy checks it; the directory once,
+	// after the promoting rename below.
+	if err := fsutil.Write(staged, cfg, 0o600, fsutil.Atomic); err != nil {
 		return fault.Internalf("staging config: %w", err)
 	}
+	synced := make(chan error, 1)
+	go func() { synced <- fsutil.SyncFile(staged) }()
 	peer := PeerName(amphoraID)
 	// Taken before the check, so that a file changed during it shows.
 	rec := s.fingerprint(cfg, peer, s.memo.get(lb))
 	s.memo.set(lb, nil)
-	if out, err := s.check(ctx, lb, staged, peer); err != nil {
+	out, err := s.check(ctx, lb, staged, peer)
+	syncErr := <-synced
+	if err != nil {
 		if errors.Is(err, errSandbox) {
 			os.Remove(staged)
 			return fault.Internalf("%w", err)
@@ -154,6 +158,10 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
 		}
 		return fault.Invalid("Invalid request", out)
+	}
+	if syncErr != nil {
+		os.Remove(staged)
+		return fault.Internalf("staging config: %w", syncErr)
 	}
 	st, err := s.ReadState(lb)
 	if err != nil {
