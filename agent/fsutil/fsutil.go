@@ -76,7 +76,13 @@ func Write(path string, data []byte, perm os.FileMode, d Durability) (err error)
 // SyncFile fsyncs the file at path: for a file written Atomic whose
 // flush can wait, overlapped with other work, until before its final
 // rename.
-func SyncFile(path string) error {
+func SyncFile(path string) error { return fsync(path) }
+
+// SyncDir fsyncs a directory so entries created, renamed or removed in it
+// are durable.
+func SyncDir(dir string) error { return fsync(dir) }
+
+func fsync(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -84,20 +90,6 @@ func SyncFile(path string) error {
 	defer f.Close()
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", path, err)
-	}
-	return nil
-}
-
-// SyncDir fsyncs a directory so entries created, renamed or removed in it
-// are durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
 }
