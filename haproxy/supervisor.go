@@ -377,17 +377,26 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	if out, err := in.check(ctx); err != nil {
 		return false, fault.Internal("Error reloading haproxy", out, err)
 	}
-	// Independent, and each mostly waits (on a disk flush, on HAProxy's
-	// dump of its servers): done side by side.
-	saved := make(chan struct{})
+	// The config that ran until now becomes the last good one while the
+	// master reloads: only a rollback reads it, and none starts before the
+	// reload's outcome is known.
+	confirmed := in.confirmAsync()
+	// HAProxy dumps its servers for the new master while the master tells
+	// which workers it runs now: both before the signal.
+	var (
+		before    procTable
+		beforeErr error
+		asked     = make(chan struct{})
+	)
 	go func() {
-		defer close(saved)
-		in.saveServersState(ctx)
+		defer close(asked)
+		before, beforeErr = showProc(ctx, in.s.layout().MasterSocketPath(in.lb))
 	}()
-	in.confirmIfAlive()
-	<-saved
+	in.saveServersState(ctx)
+	<-asked
 	offset := in.d.LogSize()
-	worker, err := in.signalReload(ctx, proc)
+	worker, err := in.signalReloadFrom(ctx, proc, before, beforeErr)
+	confirmed()
 	if err == nil {
 		in.loaded()
 		go in.watchWorker(proc, worker, in.loads, offset)
@@ -420,11 +429,17 @@ func (in *instance) check(ctx context.Context) (string, error) {
 // new worker generation, or reports that loading failed. It returns the
 // new worker's pid.
 func (in *instance) signalReload(ctx context.Context, proc *procwatch.Process) (int, error) {
-	sock := in.s.layout().MasterSocketPath(in.lb)
-	before, err := showProc(ctx, sock)
+	before, err := showProc(ctx, in.s.layout().MasterSocketPath(in.lb))
+	return in.signalReloadFrom(ctx, proc, before, err)
+}
+
+// signalReloadFrom is signalReload with the master's answer (or error)
+// from just before.
+func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Process, before procTable, err error) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("master CLI before reload: %w", err)
 	}
+	sock := in.s.layout().MasterSocketPath(in.lb)
 	old := map[int]bool{}
 	for _, w := range before.Workers {
 		old[w] = true
@@ -526,10 +541,24 @@ func (in *instance) loaded() {
 // confirmIfAlive confirms the running config when HAProxy is still up on
 // it: a config that served until the next change or a deliberate stop has
 // proven itself.
-func (in *instance) confirmIfAlive() {
-	if in.unconfirmed && in.d.ProcLocked() != nil {
-		in.confirm()
+func (in *instance) confirmIfAlive() { in.confirmAsync()() }
+
+// confirmAsync is confirmIfAlive writing the last good config in the
+// background; the returned function waits for the write. Nothing may read
+// the last good config, or load another config, before it returns.
+func (in *instance) confirmAsync() (wait func()) {
+	if !in.unconfirmed || in.d.ProcLocked() == nil {
+		return func() {}
 	}
+	in.unconfirmed = false
+	cfg := in.running
+	in.running = nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		in.writeLastGood(cfg)
+	}()
+	return func() { <-done }
 }
 
 // restoreLastGoodFile puts the last good config back as the stored config
@@ -635,9 +664,17 @@ func (in *instance) confirm() {
 	in.unconfirmed = false
 	cfg := in.running
 	in.running = nil
+	in.writeLastGood(cfg)
+}
+
+// slowLastGood lets a test make the last good config's write slow.
+var slowLastGood = func() {}
+
+func (in *instance) writeLastGood(cfg []byte) {
 	if cfg == nil {
 		return
 	}
+	slowLastGood()
 	if err := fsutil.WriteFile(in.s.layout().LastGoodPath(in.lb), cfg, 0o600); err != nil {
 		in.log().Warn("recording the last good config", zap.Error(err))
 	}
