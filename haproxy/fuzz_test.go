@@ -3,6 +3,7 @@ package haproxy
 import (
 	"math/big"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -31,13 +32,18 @@ peers lb1_peers
 // FuzzParse: any config summarises without panicking; frontends are named
 // and have an upper-case mode, TLS frontends name their crt-list, bind
 // addresses are valid, specified and listed once; the file-descriptor
-// estimate never wraps around.
+// estimate never wraps around; passing over lines by their first word
+// changes nothing.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(seedConfig))
 	f.Add([]byte("global\n maxconn 4000\n option splice-auto\n"))
 	f.Add([]byte("frontend\nfrontend f\n bind ::ffff:198.51.100.1:80\n bind 0.0.0.0:80\n bind [::]:80\n mode Http\n"))
+	f.Add([]byte("global\n\u00a0maxconn 4000\n\v\u2028frontend f\r\n  mode\u00a0tcp\n#bind 203.0.113.1:80\nbind\xff 203.0.113.2:80\n"))
 	f.Fuzz(func(t *testing.T, cfg []byte) {
 		sum := Parse(cfg)
+		if every := parse(cfg, false); !reflect.DeepEqual(sum, every) {
+			t.Fatalf("Parse = %+v; splitting every line: %+v", sum, every)
+		}
 		for _, fe := range sum.Frontends {
 			if fe.Name == "" || strings.ContainsAny(fe.Name, " \t\n") || fe.Mode == "" || fe.Mode != strings.ToUpper(fe.Mode) {
 				t.Fatalf("frontend %+v", fe)

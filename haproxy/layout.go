@@ -61,11 +61,6 @@ func (l Layout) FailedPath(lb string) string { return l.ConfigPath(lb) + ".new-f
 // puts back when a new config fails at run time.
 func (l Layout) LastGoodPath(lb string) string { return l.ConfigPath(lb) + ".last-good" }
 
-// RunningPath holds a copy of the config HAProxy loaded last: uploads
-// replace haproxy.cfg before the reload, so the running config must be
-// kept apart to become the last good one.
-func (l Layout) RunningPath(lb string) string { return l.ConfigPath(lb) + ".running" }
-
 // ServersStatePath is where server states are saved before a reload
 // (the controller's configs load it with server-state-file).
 func (l Layout) ServersStatePath(lb string) string { return filepath.Join(l.Dir(lb), "servers-state") }

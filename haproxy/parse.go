@@ -4,11 +4,11 @@
 package haproxy
 
 import (
-	"bufio"
 	"bytes"
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Frontend is what the agent needs to know about one listener of a stored
@@ -43,19 +43,58 @@ var sectionKeywords = map[string]bool{
 	"cache": true,
 }
 
+// summaryKeywords start the lines inside sections that Parse reads.
+var summaryKeywords = map[string]bool{"stats": true, "option": true, "maxconn": true, "mode": true, "bind": true}
+
+// firstWord is line's first field as strings.Fields splits it, when the
+// line starts with ASCII; ok is false when it cannot tell (a byte beyond
+// ASCII before the first word ends, which may be a Unicode space).
+func firstWord(line []byte) (word []byte, ok bool) {
+	i := 0
+	for i < len(line) && asciiSpace(line[i]) {
+		i++
+	}
+	start := i
+	for i < len(line) && !asciiSpace(line[i]) {
+		if line[i] >= utf8.RuneSelf {
+			return nil, false
+		}
+		i++
+	}
+	return line[start:i], true
+}
+
+// asciiSpace is the ASCII white space strings.Fields splits at.
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
 // Parse extracts frontends and the stats socket. Sections begin with a
 // keyword at the start of a line, as the controller renders them; options
 // inside them are indented, but indentation is not required.
-func Parse(cfg []byte) Summary {
+func Parse(cfg []byte) Summary { return parse(cfg, true) }
+
+// parse is Parse; skip passes over lines by their first word (without,
+// every line is split: what tests compare with).
+func parse(cfg []byte, skip bool) Summary {
 	var sum Summary
 	var cur *Frontend
 	// HAProxy's own default mode; a `defaults` section may change it.
 	defaultMode, inDefaults, inGlobal := "TCP", false, false
 	seen := map[netip.Addr]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(cfg))
-	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+	for rest := cfg; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		// Most lines (servers, timeouts) say nothing the summary needs:
+		// they are passed over by their first word, without splitting.
+		if w, ok := firstWord(line); skip && ok && !sectionKeywords[string(w)] && !summaryKeywords[string(w)] {
+			continue
+		}
+		fields := strings.Fields(string(line))
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}

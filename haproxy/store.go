@@ -108,11 +108,6 @@ func (s *Store) Exists(lb string) bool {
 	return err == nil
 }
 
-// groupLine matches what upstream strips from uploads: a `group` directive
-// with the whitespace before it. The group comes from the image's
-// user/group file instead, passed as a second -f.
-var groupLine = regexp.MustCompile(`\s+group\s.+`)
-
 // MD5 is the hex digest the API uses as ETag.
 func MD5(data []byte) string {
 	sum := md5.Sum(data)
@@ -130,7 +125,7 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err := s.Layout.CheckID(lb); err != nil {
 		return fault.Invalid("Invalid request", err.Error())
 	}
-	cfg := groupLine.ReplaceAll(body, nil)
+	cfg := stripGroupLines(body)
 	if err := s.checkFDs(cfg); err != nil {
 		return fault.Invalid("Invalid request", err.Error())
 	}
@@ -141,16 +136,20 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 		return fault.Internalf("%w", err)
 	}
 	staged := s.Layout.StagedPath(lb)
-	// Its data is fsync'd now; the directory once, after the promoting
-	// rename below.
-	if err := fsutil.Write(staged, cfg, 0o600, fsutil.DataOnly); err != nil {
+	// Its data is fsync'd while HAProxy checks it; the directory once,
+	// after the promoting rename below.
+	if err := fsutil.Write(staged, cfg, 0o600, fsutil.Atomic); err != nil {
 		return fault.Internalf("staging config: %w", err)
 	}
+	synced := make(chan error, 1)
+	go func() { synced <- fsutil.SyncFile(staged) }()
 	peer := PeerName(amphoraID)
 	// Taken before the check, so that a file changed during it shows.
-	fp := s.fingerprint(cfg, peer)
-	s.memo.set(lb, "")
-	if out, err := s.check(ctx, lb, staged, peer); err != nil {
+	rec := s.fingerprint(cfg, peer, s.memo.get(lb))
+	s.memo.set(lb, nil)
+	out, err := s.check(ctx, lb, staged, peer)
+	syncErr := <-synced
+	if err != nil {
 		if errors.Is(err, errSandbox) {
 			os.Remove(staged)
 			return fault.Internalf("%w", err)
@@ -159,6 +158,10 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
 		}
 		return fault.Invalid("Invalid request", out)
+	}
+	if syncErr != nil {
+		os.Remove(staged)
+		return fault.Internalf("staging config: %w", syncErr)
 	}
 	st, err := s.ReadState(lb)
 	if err != nil {
@@ -178,7 +181,7 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	if err := fsutil.SyncDir(s.Layout.Dir(lb)); err != nil {
 		return fault.Internalf("%w", err)
 	}
-	s.memo.set(lb, fp)
+	s.memo.set(lb, rec)
 	return nil
 }
 
@@ -337,7 +340,7 @@ func notFound(lb string) error {
 // balancer's (Known) is left alone, and so is anything at a socket path
 // that is not a socket: a config may name any file as its stats socket.
 func (s *Store) Remove(lb string) error {
-	s.memo.set(lb, "")
+	s.memo.set(lb, nil)
 	if !s.Layout.Known(lb) {
 		return nil
 	}

@@ -304,6 +304,17 @@ func TestCheckStoredSkipsWhatUploadChecked(t *testing.T) {
 		reload(false, change.what+", then reloaded again")
 	}
 
+	// A crt-list read once is not read again while unchanged; once
+	// rewritten, the files it names now count.
+	other := filepath.Join(dir, "other.pem")
+	write(other, "other cert")
+	upload(cfg)
+	write(crtList, other+"\n")
+	reload(true, "crt-list naming another certificate")
+	reload(false, "crt-list naming another certificate, reloaded again")
+	write(other, "other cert 2")
+	reload(true, "the certificate the rewritten crt-list names rewritten")
+
 	upload(cfg + "    lua-load /dev/null\n")
 	reload(true, "a config loading Lua")
 	upload(cfg)

@@ -39,8 +39,10 @@ const (
 	// for it; a master that dies is handled by OnDeath at any time.
 	settle = procwatch.DefaultSettle
 	// reloadPoll is how often the master is asked for its new worker: the
-	// controller waits for the answer, so the poll is kept short.
-	reloadPoll = 2 * time.Millisecond
+	// controller waits for the answer, so the poll is kept short. While the
+	// master re-executes, its socket refuses at once; once it listens, the
+	// question waits for the answer.
+	reloadPoll = time.Millisecond
 	// restoreParallel is how many load balancers Restore starts at once.
 	restoreParallel = 4
 )
@@ -268,6 +270,10 @@ type instance struct {
 	// proven by ConfirmAfter of uptime.
 	loads       uint64
 	unconfirmed bool
+	// running is the config HAProxy loaded last (uploads replace the
+	// stored one before the reload): what confirm makes the last good one.
+	// Only this process needs it; after a restart nothing is unconfirmed.
+	running []byte
 }
 
 func (s *Supervisor) newInstance(lb string) *instance {
@@ -371,10 +377,26 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	if out, err := in.check(ctx); err != nil {
 		return false, fault.Internal("Error reloading haproxy", out, err)
 	}
-	in.confirmIfAlive()
+	// The config that ran until now becomes the last good one while the
+	// master reloads: only a rollback reads it, and none starts before the
+	// reload's outcome is known.
+	confirmed := in.confirmAsync()
+	// HAProxy dumps its servers for the new master while the master tells
+	// which workers it runs now: both before the signal.
+	var (
+		before    procTable
+		beforeErr error
+		asked     = make(chan struct{})
+	)
+	go func() {
+		defer close(asked)
+		before, beforeErr = showProc(ctx, in.s.layout().MasterSocketPath(in.lb))
+	}()
 	in.saveServersState(ctx)
+	<-asked
 	offset := in.d.LogSize()
-	worker, err := in.signalReload(ctx, proc)
+	worker, err := in.signalReloadFrom(ctx, proc, before, beforeErr)
+	confirmed()
 	if err == nil {
 		in.loaded()
 		go in.watchWorker(proc, worker, in.loads, offset)
@@ -407,11 +429,17 @@ func (in *instance) check(ctx context.Context) (string, error) {
 // new worker generation, or reports that loading failed. It returns the
 // new worker's pid.
 func (in *instance) signalReload(ctx context.Context, proc *procwatch.Process) (int, error) {
-	sock := in.s.layout().MasterSocketPath(in.lb)
-	before, err := showProc(ctx, sock)
+	before, err := showProc(ctx, in.s.layout().MasterSocketPath(in.lb))
+	return in.signalReloadFrom(ctx, proc, before, err)
+}
+
+// signalReloadFrom is signalReload with the master's answer (or error)
+// from just before.
+func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Process, before procTable, err error) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("master CLI before reload: %w", err)
 	}
+	sock := in.s.layout().MasterSocketPath(in.lb)
 	old := map[int]bool{}
 	for _, w := range before.Workers {
 		old[w] = true
@@ -492,18 +520,12 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 // loaded records that the stored config now runs. It becomes the last good
 // config once HAProxy has stayed up on it for ConfirmAfter.
 func (in *instance) loaded() {
-	l := in.s.layout()
-	cfg, err := os.ReadFile(l.ConfigPath(in.lb))
-	if err == nil {
-		// Not fsync'd: only confirm reads it, in this process's life
-		// (after a restart nothing is unconfirmed); the durable copy is
-		// the last good one confirm writes.
-		err = fsutil.Write(l.RunningPath(in.lb), cfg, 0o600, fsutil.Atomic)
-	}
+	cfg, err := os.ReadFile(in.s.layout().ConfigPath(in.lb))
 	if err != nil {
 		in.log().Warn("recording the running config", zap.Error(err))
 		return
 	}
+	in.running = cfg
 	in.loads++
 	gen, proc := in.loads, in.d.ProcLocked()
 	in.unconfirmed = true
@@ -519,10 +541,24 @@ func (in *instance) loaded() {
 // confirmIfAlive confirms the running config when HAProxy is still up on
 // it: a config that served until the next change or a deliberate stop has
 // proven itself.
-func (in *instance) confirmIfAlive() {
-	if in.unconfirmed && in.d.ProcLocked() != nil {
-		in.confirm()
+func (in *instance) confirmIfAlive() { in.confirmAsync()() }
+
+// confirmAsync is confirmIfAlive writing the last good config in the
+// background; the returned function waits for the write. Nothing may read
+// the last good config, or load another config, before it returns.
+func (in *instance) confirmAsync() (wait func()) {
+	if !in.unconfirmed || in.d.ProcLocked() == nil {
+		return func() {}
 	}
+	in.unconfirmed = false
+	cfg := in.running
+	in.running = nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		in.writeLastGood(cfg)
+	}()
+	return func() { <-done }
 }
 
 // restoreLastGoodFile puts the last good config back as the stored config
@@ -626,12 +662,20 @@ func (in *instance) saveServersState(ctx context.Context) {
 // confirm makes the running config the last good one.
 func (in *instance) confirm() {
 	in.unconfirmed = false
-	l := in.s.layout()
-	cfg, err := os.ReadFile(l.RunningPath(in.lb))
-	if err == nil {
-		err = fsutil.WriteFile(l.LastGoodPath(in.lb), cfg, 0o600)
+	cfg := in.running
+	in.running = nil
+	in.writeLastGood(cfg)
+}
+
+// slowLastGood lets a test make the last good config's write slow.
+var slowLastGood = func() {}
+
+func (in *instance) writeLastGood(cfg []byte) {
+	if cfg == nil {
+		return
 	}
-	if err != nil {
+	slowLastGood()
+	if err := fsutil.WriteFile(in.s.layout().LastGoodPath(in.lb), cfg, 0o600); err != nil {
 		in.log().Warn("recording the last good config", zap.Error(err))
 	}
 }

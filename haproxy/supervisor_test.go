@@ -93,6 +93,19 @@ frontend L1
 `, st.Layout.SocketPath("lb1"), port, body))
 }
 
+// startGen1 uploads and starts lb1 answering "gen1" on port.
+func startGen1(t *testing.T, sup *Supervisor, st *Store, port int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, port, "gen1")
+}
+
 func answer(t *testing.T, port int) string {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
@@ -122,13 +135,7 @@ func waitAnswer(t *testing.T, port int, want string) {
 func TestSupervisorRespawnsAndStaysStopped(t *testing.T) {
 	sup, st, port := realSupervisor(t)
 	ctx := context.Background()
-	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx, "lb1"); err != nil {
-		t.Fatal(err)
-	}
-	waitAnswer(t, port, "gen1")
+	startGen1(t, sup, st, port)
 	for round := 0; round < 3; round++ {
 		old, err := pidfile.Read(st.Layout.PidPath("lb1"))
 		if err != nil {
@@ -217,13 +224,7 @@ func TestSupervisorForwardsHAProxyOutputToTheJournal(t *testing.T) {
 func TestSupervisorRollsBackAFailedStart(t *testing.T) {
 	sup, st, port := realSupervisor(t)
 	ctx := context.Background()
-	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx, "lb1"); err != nil {
-		t.Fatal(err)
-	}
-	waitAnswer(t, port, "gen1")
+	startGen1(t, sup, st, port)
 	if err := sup.Stop(ctx, "lb1"); err != nil {
 		t.Fatal(err)
 	}
@@ -268,13 +269,7 @@ func currentWorker(t *testing.T, sup *Supervisor) int {
 func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 	sup, st, port := realSupervisor(t)
 	ctx := context.Background()
-	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sup.Start(ctx, "lb1"); err != nil {
-		t.Fatal(err)
-	}
-	waitAnswer(t, port, "gen1")
+	startGen1(t, sup, st, port)
 
 	// gen2 loads, then its worker dies at once (as a runtime failure would).
 	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen2")); err != nil {
@@ -347,4 +342,43 @@ func TestRestoreNeverAdoptsAForeignProcess(t *testing.T) {
 	if pid, _ := pidfile.Read(st.Layout.PidPath("lb1")); pid == foreign.Process.Pid {
 		t.Fatal("the foreign process was adopted as the HAProxy master")
 	}
+}
+
+// A reload that fails right after a load (the running config not yet
+// confirmed) goes back to that running config: the last good config is
+// written while the master reloads, and the rollback waits for it.
+func TestSupervisorFailedReloadWaitsForTheLastGoodWrite(t *testing.T) {
+	sup, st, port := realSupervisor(t)
+	sup.opts.ConfirmAfter = time.Hour
+	// The write ends only once the master has reported the failure: a
+	// rollback that did not wait for it would find no last good config.
+	slowLastGood = func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if p, err := showProc(context.Background(), st.Layout.MasterSocketPath("lb1")); err == nil && p.FailedReloads > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Cleanup(func() { slowLastGood = func() {} })
+	ctx := context.Background()
+	startGen1(t, sup, st, port)
+	// gen2 passes the check but cannot bind: its port is taken.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	gen2 := string(testConfig(st, port, "gen2")) + "    bind " + held.Addr().String() + "\n"
+	if err := st.Upload(ctx, "AMP1", "lb1", []byte(gen2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.Reload(ctx, "lb1"); err == nil {
+		t.Fatal("the reload of a config that cannot bind succeeded")
+	}
+	if cfg, _ := st.Config("lb1"); !strings.Contains(string(cfg), "gen1") {
+		t.Fatalf("stored config after the failed reload: %s", cfg)
+	}
+	waitAnswer(t, port, "gen1")
 }

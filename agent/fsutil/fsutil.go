@@ -73,16 +73,23 @@ func Write(path string, data []byte, perm os.FileMode, d Durability) (err error)
 	return SyncDir(dir)
 }
 
+// SyncFile fsyncs the file at path: for a file written Atomic whose
+// flush can wait, overlapped with other work, until before its final
+// rename.
+func SyncFile(path string) error { return fsync(path) }
+
 // SyncDir fsyncs a directory so entries created, renamed or removed in it
 // are durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+func SyncDir(dir string) error { return fsync(dir) }
+
+func fsync(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
 	}
 	return nil
 }

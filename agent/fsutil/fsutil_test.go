@@ -54,3 +54,18 @@ func TestWriteFileFailureLeavesOldFile(t *testing.T) {
 		t.Fatalf("old file changed: %q", got)
 	}
 }
+
+// SyncFile flushes a file that exists and reports one that does not
+// (a staged config removed meanwhile must not pass as flushed).
+func TestSyncFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := Write(p, []byte("x"), 0o600, Atomic); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncFile(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncFile(p + ".missing"); err == nil {
+		t.Fatal("SyncFile of a missing file succeeded")
+	}
+}

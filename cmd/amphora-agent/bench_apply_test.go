@@ -189,10 +189,17 @@ func (a *runningAgent) put(path string, body []byte) error {
 // apply uploads cfg as lb's config and asks for action, as the controller
 // does for every change.
 func (a *runningAgent) apply(lb, cfg, action string) error {
+	_, err := a.applyTimed(lb, cfg, action)
+	return err
+}
+
+// applyTimed is apply, also reporting how long the upload took.
+func (a *runningAgent) applyTimed(lb, cfg, action string) (upload time.Duration, err error) {
+	start := time.Now()
 	if err := a.put("/1.0/loadbalancer/"+a.e.AmphoraID+"/"+lb+"/haproxy", []byte(cfg)); err != nil {
-		return err
+		return 0, err
 	}
-	return a.put("/1.0/loadbalancer/"+lb+"/"+action, nil)
+	return time.Since(start), a.put("/1.0/loadbalancer/"+lb+"/"+action, nil)
 }
 
 // cpuOf is the agent's utime + stime from /proc/<pid>/stat (clock
@@ -290,28 +297,29 @@ func startFloor(t *testing.T, cfg string) (*floor, error) {
 	return &floor{p: p, cfg: p.ConfigPath}, nil
 }
 
-// apply times one change done by hand.
-func (f *floor) apply(cfg string) (time.Duration, error) {
+// apply times one change done by hand, and its check alone.
+func (f *floor) apply(cfg string) (check, total time.Duration, err error) {
 	start := time.Now()
 	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if out, err := exec.Command(benchHAProxy, "-c", "-f", f.cfg).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("haproxy -c: %v: %s", err, lastLine(string(out)))
+		return 0, 0, fmt.Errorf("haproxy -c: %v: %s", err, lastLine(string(out)))
 	}
+	check = time.Since(start)
 	before, err := f.p.ShowProc()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := syscall.Kill(f.p.Pid(), syscall.SIGUSR2); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for deadline := start.Add(30 * time.Second); ; {
 		if now, err := f.p.ShowProc(); err == nil && now.Reloads > before.Reloads && now.Workers > 0 {
-			return time.Since(start), nil
+			return check, time.Since(start), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, errors.New("no new worker within 30 s")
+			return 0, 0, errors.New("no new worker within 30 s")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -403,35 +411,50 @@ func benchApplyFloor(t *testing.T, tb *benchTable, notes *[]string) {
 			return
 		}
 	}
+	// times[0] is the floor's, times[i+1] agent i's; firsts are the first
+	// part of each (haproxy -c; PUT haproxy).
 	times := make([][]time.Duration, len(agents)+1)
+	firsts := make([][]time.Duration, len(agents)+1)
 	for run := range floorRuns {
-		d, err := fl.apply(floorVariant(run + 1))
+		check, d, err := fl.apply(floorVariant(run + 1))
 		if err != nil {
 			tb.row("apply: HAProxy floor", "n/a ("+err.Error()+")", "", "")
 			return
 		}
-		times[0] = append(times[0], d)
+		times[0], firsts[0] = append(times[0], d), append(firsts[0], check)
 		for i, a := range agents {
 			start := time.Now()
-			if err := a.apply(lb, cfgs[2*i+(run+1)%2], "reload"); err != nil {
+			upload, err := a.applyTimed(lb, cfgs[2*i+(run+1)%2], "reload")
+			if err != nil {
 				tb.row("apply: "+bins[i].name, "n/a ("+err.Error()+")", "", "")
 				return
 			}
-			times[i+1] = append(times[i+1], time.Since(start))
+			times[i+1], firsts[i+1] = append(times[i+1], time.Since(start)), append(firsts[i+1], upload)
 		}
+	}
+	// split is the p50s of the two parts of each apply.
+	split := func(k int, first, second string) string {
+		rest := make([]time.Duration, len(times[k]))
+		for j := range rest {
+			rest[j] = times[k][j] - firsts[k][j]
+		}
+		return fmt.Sprintf("    %s %s + %s %s", first, fmtDur(percentile(firsts[k], 0.5)), second, fmtDur(percentile(rest, 0.5)))
 	}
 	fp50 := percentile(times[0], 0.5)
 	tb.row(fmt.Sprintf("apply 1 LB × %d lst × %d mbr, %d runs: p50 / p99", listeners, members, floorRuns), "", "", "")
 	tb.row("  HAProxy floor (haproxy -c + master reload until new worker)",
 		fmtDur(fp50)+" / "+fmtDur(percentile(times[0], 0.99)), "", "")
+	tb.row(split(0, "haproxy -c", "reload"), "", "", "")
 	for i, b := range bins {
 		p50 := percentile(times[i+1], 0.5)
 		tb.row(fmt.Sprintf("  %s: PUT haproxy + PUT reload, mTLS (÷ floor p50)", b.name),
 			fmtDur(p50)+" / "+fmtDur(percentile(times[i+1], 0.99)), "n/a (upstream reloads through systemd)",
 			fmtRatio(float64(p50)/float64(fp50)))
+		tb.row(split(i+1, "PUT haproxy", "PUT reload"), "", "", "")
 	}
 	*notes = append(*notes, "apply: same Octavia-rendered config (JinjaTemplater, HTTP listeners, members on 127.0.0.1, no monitor),",
-		"  a member added and removed in turn; floor and agent(s) measured in turn in the same loop; the floor polls every 1 ms.")
+		"  a member added and removed in turn; floor and agent(s) measured in turn in the same loop; the floor polls every 1 ms;",
+		"  the line under each gives the p50 of its two steps (check or upload; reload, until the new worker is listed).")
 }
 
 // benchGrowth prints how apply latency and heartbeat CPU grow with
