@@ -108,7 +108,9 @@ func (r *Respawner) Watch(proc *Process) {
 	}
 	for {
 		r.Lock.Lock()
-		if !r.Dead(proc) {
+		// Done wins over a death seen at the same time: select picks at
+		// random, and a supervision that ended must start nothing.
+		if r.ended() || !r.Dead(proc) {
 			r.Lock.Unlock()
 			return
 		}
@@ -126,7 +128,7 @@ func (r *Respawner) Watch(proc *Process) {
 			return
 		}
 		r.Lock.Lock()
-		if !r.Wanted() {
+		if r.ended() || !r.Wanted() {
 			r.Lock.Unlock()
 			return
 		}
@@ -142,5 +144,15 @@ func (r *Respawner) Watch(proc *Process) {
 			r.Failed(err)
 		}
 		proc = Failed(err.Error())
+	}
+}
+
+// ended reports whether supervision is over (Done closed).
+func (r *Respawner) ended() bool {
+	select {
+	case <-r.Done:
+		return true
+	default:
+		return false
 	}
 }

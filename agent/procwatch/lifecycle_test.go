@@ -113,3 +113,36 @@ func TestRespawnerRestartsUntilAStartSucceeds(t *testing.T) {
 		t.Fatal("never restarted")
 	}
 }
+
+// TestRespawnerStartsNothingOnceDone: a death seen after supervision
+// ended (Done closed) starts nothing, even when both are ready at once
+// (select alone picks either; this failed about half the time per try).
+func TestRespawnerStartsNothingOnceDone(t *testing.T) {
+	dead := startChild(t, "true")
+	<-dead.Exited
+	var mu sync.Mutex
+	var starts atomic.Int32
+	for range 100 {
+		done := make(chan struct{})
+		close(done)
+		r := &Respawner{
+			Lock: &mu, Done: done,
+			Backoff:      Backoff{Count: 5, Interval: time.Millisecond, Max: time.Millisecond, Stable: time.Hour},
+			Respawns:     &Respawns{},
+			StartTimeout: time.Second,
+			Dead:         func(*Process) bool { return true },
+			Wanted:       func() bool { return true },
+			Start: func(context.Context) (*Process, error) {
+				starts.Add(1)
+				return nil, errors.New("must not start")
+			},
+			Died:      func(*Process, time.Duration, time.Duration, int) {},
+			Restarted: func(*Process, *Process, int) {},
+			Failed:    func(error) {},
+		}
+		r.Watch(dead)
+	}
+	if n := starts.Load(); n != 0 {
+		t.Fatalf("%d starts after supervision ended", n)
+	}
+}
