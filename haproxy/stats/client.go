@@ -85,31 +85,30 @@ func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, classify(ctx, err)
+	}
 	deadline, _ := ctx.Deadline()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socketPath)
+	conn, err := dial(socketPath, deadline)
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
-	defer conn.Close()
-	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
+	defer conn.close()
 	// Cancellation (not only the deadline) interrupts blocked I/O.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	stop := conn.abortOn(ctx)
 	defer stop()
 
-	if _, err := io.WriteString(conn, cmd+"\n"); err != nil {
+	// The stats socket closes after answering one command; the master CLI
+	// waits for more input unless the client shuts its side down (send
+	// does).
+	if err := conn.send([]byte(cmd + "\n")); err != nil {
 		return nil, classify(ctx, err)
 	}
-	// The stats socket closes after answering one command; the master CLI
-	// waits for more input unless the client shuts its side down.
-	if uc, ok := conn.(*net.UnixConn); ok {
-		if err := uc.CloseWrite(); err != nil {
-			return nil, classify(ctx, err)
-		}
-	}
 	n, err := buf.ReadFrom(io.LimitReader(conn, MaxAnswer+1))
+	if err == nil {
+		// A cancelled read ends as if HAProxy had closed.
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
