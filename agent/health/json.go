@@ -38,6 +38,7 @@ func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
 		b = strconv.AppendInt(b, l.Stats.Ereq, 10)
 		b = append(b, "}}"...)
 	}
+	sc.pools = len(b)
 	b = append(b, `},"pools":{`...)
 	sc.keys = sortedKeys(sc.keys[:0], msg.Pools)
 	for i, k := range sc.keys {
@@ -84,6 +85,9 @@ func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
 type jsonScratch struct {
 	keys         []string
 	orders, next map[string][]string
+	// pools is where the last message's pools part starts (the `}` that
+	// closes the listeners), for Encoder.
+	pools int
 }
 
 // appendMembers writes the members named by order; false when one of
