@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/tick"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
@@ -142,7 +143,10 @@ func (s *Sender) Run(ctx context.Context) error {
 		end := time.Now()
 		s.lastCycle.Store(&end)
 		for {
-			wait := time.Until(end.Add(interval(s.cfg.Load())))
+			// The next instant of the interval shared with the agent's
+			// other periodic work (agent/tick), so the agent wakes once
+			// for all of it.
+			wait := time.Until(tick.Next(end, interval(s.cfg.Load())))
 			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
