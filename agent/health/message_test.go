@@ -193,3 +193,60 @@ func TestMessageShape(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
+
+// A backend whose rows come apart (another backend's rows in between)
+// still has all its members, and the other backend keeps its own.
+func TestFromRowsBackendRowsApart(t *testing.T) {
+	csv := "# pxname,svname,status,weight\n" +
+		"p1:l1,m1,UP,1\np1:l1,m2,UP,1\n" +
+		"p2:l2,m3,DOWN,1\np2:l2,m4,UP,1\n" +
+		"p1:l1,m5,UP,1\np1:l1,BACKEND,UP,2\n" +
+		"p2:l2,m6,UP,0\np2:l2,BACKEND,UP,1\n" +
+		"p3:l3,m7,UP,1\np3:l3,BACKEND,UP,1\n"
+	rows, err := stats.ParseStat([]byte(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := FromRows(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PoolReading{
+		{Key: "p1:l1", Status: "UP", Members: []MemberReading{{"m1", "UP"}, {"m2", "UP"}, {"m5", "UP"}}},
+		{Key: "p2:l2", Status: "UP", Members: []MemberReading{{"m3", "DOWN"}, {"m4", "UP"}, {"m6", "DRAIN"}}},
+		{Key: "p3:l3", Status: "UP", Members: []MemberReading{{"m7", "UP"}}},
+	}
+	if !reflect.DeepEqual(r.Pools, want) {
+		t.Fatalf("pools\n%+v\nwant\n%+v", r.Pools, want)
+	}
+}
+
+// A builder that reuses its maps builds, message after message, exactly
+// what a fresh builder does, as pools and members come and go.
+func TestReusingBuilderBuildsTheSame(t *testing.T) {
+	csvs := []string{
+		"p1:l1,m1,UP,1\np1:l1,m2,UP,1\np1:l1,BACKEND,UP,1\np2:l2,m3,UP,1\np2:l2,BACKEND,UP,1\n",
+		"p1:l1,m1,DOWN,1\np1:l1,BACKEND,UP,1\np3:l3,m9,UP,1\np3:l3,BACKEND,UP,1\n",
+		"",
+		"p2:l2,m3,UP,0\np2:l2,BACKEND,UP,1\n",
+	}
+	reused, fresh := reusing(nil), NewBuilder(nil)
+	for i, c := range csvs {
+		rows, err := stats.ParseStat([]byte("# pxname,svname,status,weight\n" + c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := FromRows(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal(reused.Build(sampleAmphora, r))
+		want, _ := json.Marshal(fresh.Build(sampleAmphora, r))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("message %d\n%s\nwant\n%s", i, got, want)
+		}
+	}
+	if len(reused.members) != 1 {
+		t.Errorf("maps of pools no longer reported are kept: %v", reused.members)
+	}
+}

@@ -135,7 +135,7 @@ func (s *Sender) Run(ctx context.Context) error {
 	if err != nil {
 		s.log.Warn("heartbeat counter file unusable; counters start from zero", zap.Error(err))
 	}
-	s.builder = NewBuilder(counters)
+	s.builder = reusing(counters)
 	defer s.closeSockets()
 	s.log.Info("heartbeat sender starting", zap.String("counter_file", CountersPath(s.base)))
 	for {
@@ -185,7 +185,7 @@ func interval(cfg *config.Config) time.Duration {
 func (s *Sender) Cycle(ctx context.Context) {
 	if s.builder == nil {
 		counters, _ := LoadCounters(CountersPath(s.base))
-		s.builder = NewBuilder(counters)
+		s.builder = reusing(counters)
 	}
 	cfg := s.cfg.Load()
 	now := time.Now()
