@@ -14,20 +14,23 @@ import (
 // sock is one blocking UNIX stream connection to a HAProxy socket.
 //
 // Why not net.Conn: HAProxy writes a long answer (`show stat` of 2,500
-// members is about 1 MB) in pieces of its buffer size (16 KB), and a
-// non-blocking reader parked in Go's network poller wakes for every piece,
-// each wake-up a round of thread hand-offs that cost more CPU than
-// reading the answer. A blocking recv with MSG_WAITALL returns once the
-// buffer is full or HAProxy closes: the kernel gathers the pieces and the
-// reader's thread runs once. Time-outs stay exact: SO_SNDTIMEO and
-// SO_RCVTIMEO carry what is left until the deadline, and cancellation
-// shuts the socket down, which ends a recv under way.
+// members is about 1 MB) in pieces of its buffer size (16 KB) as fast as
+// the reader takes them, and a reader parked in Go's network poller wakes
+// for every piece, each wake-up a round of thread hand-offs that costs
+// more CPU than reading the piece. Here the first read blocks in the
+// kernel until the answer starts; a long answer is then read in rounds
+// (see Read), a short one (the master CLI's) as it comes. Time-outs stay
+// exact: SO_SNDTIMEO and SO_RCVTIMEO carry what is left until the
+// deadline, rounds stop at it, and cancellation shuts the socket down,
+// which ends a recv under way.
 type sock struct {
 	fd       int
 	deadline time.Time
 
 	mu     sync.Mutex // abort against close
 	closed bool
+
+	paced bool // a long answer is coming: read it in rounds (see Read)
 }
 
 // dial connects to path, blocking at most until deadline.
@@ -97,20 +100,55 @@ func (s *sock) send(b []byte) error {
 	return nil
 }
 
-// Read fills p unless HAProxy closes first (io.EOF once nothing is left).
+// Pacing of long answers: HAProxy writes a long answer in pieces of its
+// buffer size as fast as the reader takes them, and even a blocked recv
+// wakes for every piece. Once a first read shows a long answer coming
+// (bigPiece or more at once), the rest is taken in rounds: whatever has
+// arrived, then a pause of pace while up to a socket buffer (about 200
+// KB) gathers. A short answer (the master CLI's) never pauses.
+const (
+	bigPiece = 8 << 10
+	pace     = 2 * time.Millisecond
+)
+
+// Read returns what HAProxy sent next (io.EOF once it closed), blocking
+// until something came, or once paced, see above.
 func (s *sock) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := s.timeout(unix.SO_RCVTIMEO); err != nil {
-		return 0, err
+	if !s.paced {
+		if err := s.timeout(unix.SO_RCVTIMEO); err != nil {
+			return 0, err
+		}
+		n, err := s.recv(p, 0)
+		s.paced = n >= bigPiece
+		return n, err
 	}
 	for {
+		n, err := s.recv(p, unix.MSG_DONTWAIT)
+		if err != unix.EAGAIN {
+			return n, err
+		}
+		if time.Until(s.deadline) <= 0 {
+			return 0, errTimeout
+		}
+		time.Sleep(min(pace, time.Until(s.deadline)))
+	}
+}
+
+// recv is one recvfrom with flags: io.EOF when HAProxy closed,
+// errTimeout when SO_RCVTIMEO ran out with nothing read, unix.EAGAIN for
+// MSG_DONTWAIT with nothing there.
+func (s *sock) recv(p []byte, flags int) (int, error) {
+	for {
 		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
-			unix.MSG_WAITALL, 0, 0)
+			uintptr(flags), 0, 0)
 		switch {
 		case errno == unix.EINTR: // a socket with a time-out is not restarted
 			continue
+		case errno == unix.EAGAIN && flags&unix.MSG_DONTWAIT != 0:
+			return 0, unix.EAGAIN
 		case errno == unix.EAGAIN:
 			return 0, errTimeout
 		case errno != 0:
