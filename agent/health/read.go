@@ -57,14 +57,17 @@ func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) 
 	var mu sync.Mutex
 	results := make([]result, len(lbs))
 	late := false
-	var wg sync.WaitGroup
+	// Each reader reports on finished (buffered: a reader never waits),
+	// so the cycle waits for the count without a goroutine of its own.
+	finished := make(chan struct{}, len(lbs))
+	started := 0
 	for i, lb := range lbs {
 		if !s.startRead(lb) {
 			continue // an earlier reader of this LB has not returned yet
 		}
-		wg.Add(1)
+		started++
 		go func() {
-			defer wg.Done()
+			defer func() { finished <- struct{}{} }()
 			defer s.endRead(lb)
 			r, ok, decided := s.readRunning(rctx, lb)
 			mu.Lock()
@@ -74,11 +77,13 @@ func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) 
 			}
 		}()
 	}
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
-	select {
-	case <-all:
-	case <-rctx.Done():
+wait:
+	for ; started > 0; started-- {
+		select {
+		case <-finished:
+		case <-rctx.Done():
+			break wait
+		}
 	}
 	mu.Lock()
 	late = true

@@ -68,8 +68,13 @@ func (s LayoutSource) ShowStat(ctx context.Context, lb string, sc *StatScratch) 
 	if timeout <= 0 {
 		timeout = stats.DefaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// The heartbeat's reads come with an earlier deadline already: no
+	// second timer for them.
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	rows, err := stats.ShowStatAppend(ctx, s.Layout.SocketPath(lb), stats.All, stats.All, stats.All, &sc.Answer, sc.Rows)
 	if err == nil {
 		sc.Rows = rows
