@@ -71,6 +71,12 @@ type Encoder struct {
 // Encode serializes msg to JSON (as encoding/json would) and wraps it (see
 // Wrap). The returned slice is valid until the next call.
 func (e *Encoder) Encode(msg Message, key string) ([]byte, error) {
+	if msg.poolsAsBefore && e.restOK {
+		// The builder vouches that the pools are those of its last
+		// message, which this encoder wrote last.
+		e.doc = appendHead(e.doc[:0], msg, &e.sc)
+		return e.wrap(e.doc, e.restDoc, key)
+	}
 	e.doc = appendMessage(e.doc[:0], msg, &e.sc)
 	return e.wrap(e.doc[:e.sc.pools], e.doc[e.sc.pools:], key)
 }

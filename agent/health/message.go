@@ -25,6 +25,11 @@ type Message struct {
 	Listeners map[string]Listener `json:"listeners"`
 	Pools     map[string]Pool     `json:"pools"`
 	Ver       int                 `json:"ver"`
+
+	// poolsAsBefore says Pools (and Ver) are those of the message the
+	// same reusing Builder built last, so that an Encoder that wrote that
+	// one can keep its pools part.
+	poolsAsBefore bool
 }
 
 // Listener is a listener's entry: its status (OPEN, FULL, STOP, ...) and
@@ -261,6 +266,10 @@ type Builder struct {
 	listeners map[string]Listener
 	pools     map[string]Pool
 	members   map[string]map[string]string // pool key → its members map
+	// last is the pools of each reading of the last message, while its
+	// maps hold them (readings are never changed once made).
+	last   [][]PoolReading
+	lastOK bool
 }
 
 // reusing is NewBuilder for a caller that is done with each message
@@ -292,8 +301,14 @@ func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
 			b.listeners, b.pools, b.members = map[string]Listener{}, map[string]Pool{}, map[string]map[string]string{}
 		}
 		clear(b.listeners)
-		clear(b.pools)
 		msg.Listeners, msg.Pools = b.listeners, b.pools
+		if b.lastOK && samePools(b.last, readings) {
+			// The maps hold these pools already.
+			msg.poolsAsBefore = true
+		} else {
+			clear(b.pools)
+			b.lastOK = false
+		}
 	} else {
 		msg.Listeners, msg.Pools = map[string]Listener{}, map[string]Pool{}
 	}
@@ -303,6 +318,9 @@ func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
 			msg.Listeners[l.ID] = Listener{Status: l.Status, Stats: Stats{
 				TX: d.bout, RX: d.bin, Conns: clamp(l.Scur), TotConns: d.stot, Ereq: d.ereq,
 			}}
+		}
+		if msg.poolsAsBefore {
+			continue
 		}
 		for _, p := range r.Pools {
 			var members map[string]string
@@ -322,12 +340,45 @@ func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
 			msg.Pools[p.Key] = Pool{Status: p.Status, Members: members}
 		}
 	}
-	for k := range b.members {
-		if _, ok := msg.Pools[k]; !ok {
-			delete(b.members, k)
+	if b.reuse && !msg.poolsAsBefore {
+		for k := range b.members {
+			if _, ok := msg.Pools[k]; !ok {
+				delete(b.members, k)
+			}
 		}
+		b.last = b.last[:0]
+		for _, r := range readings {
+			b.last = append(b.last, r.Pools)
+		}
+		b.lastOK = true
 	}
 	return msg
+}
+
+// samePools reports whether readings have exactly the pools of last, in
+// the same order. Names kept from one reading to the next are the same
+// strings, so most comparisons stop at the pointer.
+func samePools(last [][]PoolReading, readings []Reading) bool {
+	if len(last) != len(readings) {
+		return false
+	}
+	for i, r := range readings {
+		if len(r.Pools) != len(last[i]) {
+			return false
+		}
+		for j, p := range r.Pools {
+			q := last[i][j]
+			if p.Key != q.Key || p.Status != q.Status || len(p.Members) != len(q.Members) {
+				return false
+			}
+			for k, m := range p.Members {
+				if m != q.Members[k] {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 func countReadings(lbs int, readings []Reading) counts {
