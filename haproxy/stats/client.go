@@ -68,15 +68,21 @@ func Command(ctx context.Context, socketPath, cmd string) ([]byte, error) {
 // that a caller asking every few seconds reuses one buffer instead of
 // growing a new one each time. The answer is buf's bytes.
 func CommandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
+	return commandInto(ctx, socketPath, cmd, buf, false)
+}
+
+// commandInto is CommandInto; paced reads a long answer in rounds (see
+// sock.Read), for readers that value CPU over the last milliseconds.
+func commandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
 	buf.Reset()
-	out, err := command(ctx, socketPath, cmd, buf)
+	out, err := command(ctx, socketPath, cmd, buf, paced)
 	if err != nil {
 		return nil, &Error{Socket: socketPath, Command: cmd, Err: err}
 	}
 	return out, nil
 }
 
-func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
+func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
 	if strings.ContainsAny(cmd, "\r\n") {
 		return nil, errors.New("command contains a line break")
 	}
@@ -94,6 +100,7 @@ func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]
 		return nil, classify(ctx, err)
 	}
 	defer conn.close()
+	conn.mayPace = paced
 	// Cancellation (not only the deadline) interrupts blocked I/O.
 	stop := conn.abortOn(ctx)
 	defer stop()

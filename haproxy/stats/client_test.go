@@ -2,6 +2,7 @@ package stats
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -212,15 +213,18 @@ func TestCommandReadsPiecesUntilClose(t *testing.T) {
 			}
 		}
 	})
-	out, err := Command(context.Background(), f.path, "show stat")
-	if err != nil || len(out) != 40*len(piece) {
-		t.Fatalf("Command: %d bytes, %v; want %d", len(out), err, 40*len(piece))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err = Command(ctx, f.path, "trickle")
-	if took := time.Since(start); !Timeout(err) || took > 2*time.Second {
-		t.Fatalf("trickling answer: %v after %v, want a time-out at 300 ms", err, took)
+	for _, paced := range []bool{false, true} {
+		var buf bytes.Buffer
+		out, err := commandInto(context.Background(), f.path, "show stat", &buf, paced)
+		if err != nil || len(out) != 40*len(piece) {
+			t.Fatalf("paced %v: %d bytes, %v; want %d", paced, len(out), err, 40*len(piece))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		_, err = commandInto(ctx, f.path, "trickle", &buf, paced)
+		cancel()
+		if took := time.Since(start); !Timeout(err) || took > 2*time.Second {
+			t.Fatalf("paced %v: trickling answer: %v after %v, want a time-out at 300 ms", paced, err, took)
+		}
 	}
 }

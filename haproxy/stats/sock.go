@@ -30,7 +30,8 @@ type sock struct {
 	mu     sync.Mutex // abort against close
 	closed bool
 
-	paced bool // a long answer is coming: read it in rounds (see Read)
+	mayPace bool // the caller lets a long answer be read in rounds
+	paced   bool // a long answer is coming: read it in rounds (see Read)
 }
 
 // dial connects to path, blocking at most until deadline.
@@ -105,7 +106,9 @@ func (s *sock) send(b []byte) error {
 // wakes for every piece. Once a first read shows a long answer coming
 // (bigPiece or more at once), the rest is taken in rounds: whatever has
 // arrived, then a pause of pace while up to a socket buffer (about 200
-// KB) gathers. A short answer (the master CLI's) never pauses.
+// KB) gathers. A short answer never pauses, and only callers that ask
+// (the heartbeat's `show stat`) are paced: the master CLI's answers and
+// `show servers state` during a reload are read as they come.
 const (
 	bigPiece = 8 << 10
 	pace     = 2 * time.Millisecond
@@ -122,7 +125,7 @@ func (s *sock) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		n, err := s.recv(p, 0)
-		s.paced = n >= bigPiece
+		s.paced = s.mayPace && n >= bigPiece
 		return n, err
 	}
 	for {
