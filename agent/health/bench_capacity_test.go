@@ -31,6 +31,7 @@ func TestBenchCapacity(t *testing.T) {
 	}
 	const listeners = 10
 	var docs []string
+	var msgs []Message
 	var perPool []int
 	for k := 150; k <= 400; k += 5 {
 		rows, err := stats.ParseStat(sampleCSV(listeners, k))
@@ -41,7 +42,9 @@ func TestBenchCapacity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		docs = append(docs, string(appendMessage(nil, NewBuilder(nil).Build(sampleAmphora, r), &jsonScratch{})))
+		msg := NewBuilder(nil).Build(sampleAmphora, r)
+		msgs = append(msgs, msg)
+		docs = append(docs, string(appendMessage(nil, msg, &jsonScratch{})))
 		perPool = append(perPool, k)
 	}
 	fits := func(size func(i int) int) int {
@@ -55,7 +58,7 @@ func TestBenchCapacity(t *testing.T) {
 	}
 	var enc Encoder
 	ours := fits(func(i int) int {
-		d, err := enc.Wrap([]byte(docs[i]), testKey)
+		d, err := enc.Encode(msgs[i], testKey)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"encoding/hex"
 	"encoding/json"
+	"hash/adler32"
 	"io"
 	"os"
 	"reflect"
@@ -206,5 +207,66 @@ func TestVectorCBothDirections(t *testing.T) {
 	decoded, err := Decode(d, "insecure")
 	if err != nil || !reflect.DeepEqual(decoded, msg) {
 		t.Fatalf("Decode = %+v, %v", decoded, err)
+	}
+}
+
+// The pools part's compressed bytes are reused while it is unchanged and
+// made again when it changes; every datagram still inflates, as one zlib
+// stream with a right Adler-32, to exactly the document encoding/json
+// writes for its message.
+func TestEncodeReusesUnchangedPools(t *testing.T) {
+	var e Encoder
+	check := func(msg Message) {
+		t.Helper()
+		d, err := e.Encode(msg, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload := d[:len(d)-hexTagLen]
+		zr, err := zlib.NewReader(bytes.NewReader(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := io.ReadAll(zr) // checks the Adler-32 at the end
+		if err != nil {
+			t.Fatalf("inflate: %v", err)
+		}
+		want, _ := json.Marshal(msg)
+		if !bytes.Equal(plain, want) {
+			t.Fatalf("datagram inflates to\n%s\nwant\n%s", plain, want)
+		}
+	}
+	msg := buildSample(t, 1)
+	check(msg)
+	first := bytes.Clone(e.restZ.Bytes())
+	for l, v := range msg.Listeners {
+		v.Stats.TX += 1234
+		msg.Listeners[l] = v
+	}
+	msg.Seq++
+	check(msg)
+	if !bytes.Equal(e.restZ.Bytes(), first) {
+		t.Fatal("unchanged pools compressed again")
+	}
+	for k, p := range msg.Pools {
+		p.Status = "DOWN"
+		msg.Pools[k] = p
+		break
+	}
+	check(msg)
+	if bytes.Equal(e.restZ.Bytes(), first) {
+		t.Fatal("changed pools sent with the old compressed bytes")
+	}
+	msg.Pools = nil
+	check(msg)
+}
+
+func TestAdler32Combine(t *testing.T) {
+	data := bytes.Repeat([]byte("\xff\x00pool:member-ONLINE\xfe"), 9000)
+	for _, cut := range []int{0, 1, 2, 100, 65520, 65521, 65522, 131071, len(data) - 1, len(data)} {
+		a, b := data[:cut], data[cut:]
+		if got, want := adler32Combine(adler32.Checksum(a), adler32.Checksum(b), len(b)), adler32.Checksum(data); got != want {
+			t.Errorf("cut %d: %08x, want %08x", cut, got, want)
+		}
 	}
 }

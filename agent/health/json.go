@@ -12,6 +12,13 @@ import (
 // escaping), without reflection: the heartbeat encodes thousands of
 // members every interval. sc is scratch space reused between calls.
 func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
+	b = appendHead(b, msg, sc)
+	sc.pools = len(b)
+	return appendPools(b, msg, sc)
+}
+
+// appendHead writes msg up to its pools: id, seq and listeners.
+func appendHead(b []byte, msg Message, sc *jsonScratch) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, msg.ID)
 	b = append(b, `,"seq":`...)
@@ -38,6 +45,11 @@ func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
 		b = strconv.AppendInt(b, l.Stats.Ereq, 10)
 		b = append(b, "}}"...)
 	}
+	return b
+}
+
+// appendPools writes the rest of msg: the pools and ver.
+func appendPools(b []byte, msg Message, sc *jsonScratch) []byte {
 	b = append(b, `},"pools":{`...)
 	sc.keys = sortedKeys(sc.keys[:0], msg.Pools)
 	for i, k := range sc.keys {
@@ -84,6 +96,9 @@ func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
 type jsonScratch struct {
 	keys         []string
 	orders, next map[string][]string
+	// pools is where the last message's pools part starts (the `}` that
+	// closes the listeners), for Encoder.
+	pools int
 }
 
 // appendMembers writes the members named by order; false when one of

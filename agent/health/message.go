@@ -25,6 +25,11 @@ type Message struct {
 	Listeners map[string]Listener `json:"listeners"`
 	Pools     map[string]Pool     `json:"pools"`
 	Ver       int                 `json:"ver"`
+
+	// poolsAsBefore says Pools (and Ver) are those of the message the
+	// same reusing Builder built last, so that an Encoder that wrote that
+	// one can keep its pools part.
+	poolsAsBefore bool
 }
 
 // Listener is a listener's entry: its status (OPEN, FULL, STOP, ...) and
@@ -150,6 +155,12 @@ func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
 	hasBackendRow := map[string]bool{}
 	var buf [32]string
 	lastPool := -1
+	// Pools' members are cut from one array (no row is two members) in the
+	// order pools appear: the last pool cut grows into the rest of it, and
+	// its capacity is capped once another pool's rows come, so that a
+	// backend whose rows come apart copies only its own members.
+	all := make([]MemberReading, 0, len(rows))
+	tail := -1 // the pool growing into all
 	for _, row := range rows {
 		f := row.Fields(buf[:0], last+1)
 		get := func(c int) string {
@@ -181,11 +192,15 @@ func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
 			// A backend's rows come together: most rows need no lookup.
 			i := lastPool
 			if i < 0 || r.Pools[i].Key != px {
+				if tail >= 0 {
+					m := r.Pools[tail].Members
+					r.Pools[tail].Members, tail = m[:len(m):len(m)], -1
+				}
 				var ok bool
 				if i, ok = pools[px]; !ok {
-					i = len(r.Pools)
+					i, tail = len(r.Pools), len(r.Pools)
 					pools[px] = i
-					r.Pools = append(r.Pools, PoolReading{Key: keep(px)})
+					r.Pools = append(r.Pools, PoolReading{Key: keep(px), Members: all[len(all):len(all)]})
 				}
 				lastPool = i
 			}
@@ -199,6 +214,9 @@ func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
 				status = StatusDrain
 			}
 			r.Pools[i].Members = append(r.Pools[i].Members, MemberReading{ID: keep(sv), Status: keep(status)})
+			if i == tail {
+				all = all[:len(all)+1]
+			}
 		}
 	}
 	kept := r.Pools[:0]
@@ -240,6 +258,26 @@ type counts struct {
 type Builder struct {
 	seq      uint64
 	counters *Counters
+
+	// reuse makes Build fill the maps of the message it built last
+	// instead of new ones (the sender's messages live for one cycle;
+	// thousands of map entries a heartbeat were most of its garbage).
+	reuse     bool
+	listeners map[string]Listener
+	pools     map[string]Pool
+	members   map[string]map[string]string // pool key → its members map
+	// last is the pools of each reading of the last message, while its
+	// maps hold them (readings are never changed once made).
+	last   [][]PoolReading
+	lastOK bool
+}
+
+// reusing is NewBuilder for a caller that is done with each message
+// before asking for the next: every message shares the maps of the last.
+func reusing(counters *Counters) *Builder {
+	b := NewBuilder(counters)
+	b.reuse = true
+	return b
 }
 
 // NewBuilder starts numbering at 0 and takes deltas against counters.
@@ -256,14 +294,24 @@ func (b *Builder) Counters() *Counters { return b.counters }
 // Build makes the next message from the readings of the load balancers
 // (in order) and then the LVS listeners. It consumes one sequence number.
 func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
-	msg := Message{
-		ID:        amphoraID,
-		Seq:       b.seq,
-		Listeners: map[string]Listener{},
-		Pools:     map[string]Pool{},
-		Ver:       Version,
-	}
+	msg := Message{ID: amphoraID, Seq: b.seq, Ver: Version}
 	b.seq++
+	if b.reuse {
+		if b.listeners == nil {
+			b.listeners, b.pools, b.members = map[string]Listener{}, map[string]Pool{}, map[string]map[string]string{}
+		}
+		clear(b.listeners)
+		msg.Listeners, msg.Pools = b.listeners, b.pools
+		if b.lastOK && samePools(b.last, readings) {
+			// The maps hold these pools already.
+			msg.poolsAsBefore = true
+		} else {
+			clear(b.pools)
+			b.lastOK = false
+		}
+	} else {
+		msg.Listeners, msg.Pools = map[string]Listener{}, map[string]Pool{}
+	}
 	for _, r := range readings {
 		for _, l := range r.Listeners {
 			d := b.counters.deltas(l)
@@ -271,15 +319,66 @@ func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
 				TX: d.bout, RX: d.bin, Conns: clamp(l.Scur), TotConns: d.stot, Ereq: d.ereq,
 			}}
 		}
+		if msg.poolsAsBefore {
+			continue
+		}
 		for _, p := range r.Pools {
-			members := make(map[string]string, len(p.Members))
+			var members map[string]string
+			if b.reuse {
+				members = b.members[p.Key]
+				clear(members)
+			}
+			if members == nil {
+				members = make(map[string]string, len(p.Members))
+				if b.reuse {
+					b.members[p.Key] = members
+				}
+			}
 			for _, m := range p.Members {
 				members[m.ID] = m.Status
 			}
 			msg.Pools[p.Key] = Pool{Status: p.Status, Members: members}
 		}
 	}
+	if b.reuse && !msg.poolsAsBefore {
+		for k := range b.members {
+			if _, ok := msg.Pools[k]; !ok {
+				delete(b.members, k)
+			}
+		}
+		b.last = b.last[:0]
+		for _, r := range readings {
+			b.last = append(b.last, r.Pools)
+		}
+		b.lastOK = true
+	}
 	return msg
+}
+
+// samePools reports whether readings have exactly the pools of last, in
+// the same order. Names kept from one reading to the next are the same
+// strings, so most comparisons stop at the pointer.
+func samePools(last [][]PoolReading, readings []Reading) bool {
+	if len(last) != len(readings) {
+		return false
+	}
+	for i, r := range readings {
+		if len(r.Pools) != len(last[i]) {
+			return false
+		}
+		for j, p := range r.Pools {
+			q := last[i][j]
+			if p.Key != q.Key || p.Status != q.Status || len(p.Members) != len(q.Members) {
+				return false
+			}
+			for k, m := range p.Members {
+				if m != q.Members[k] {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 func countReadings(lbs int, readings []Reading) counts {

@@ -193,3 +193,79 @@ func TestMessageShape(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
+
+// A backend whose rows come apart (another backend's rows in between)
+// still has all its members, and the other backend keeps its own.
+func TestFromRowsBackendRowsApart(t *testing.T) {
+	csv := "# pxname,svname,status,weight\n" +
+		"p1:l1,m1,UP,1\np1:l1,m2,UP,1\n" +
+		"p2:l2,m3,DOWN,1\np2:l2,m4,UP,1\n" +
+		"p1:l1,m5,UP,1\np1:l1,BACKEND,UP,2\n" +
+		"p2:l2,m6,UP,0\np2:l2,BACKEND,UP,1\n" +
+		"p3:l3,m7,UP,1\np3:l3,BACKEND,UP,1\n"
+	rows, err := stats.ParseStat([]byte(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := FromRows(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PoolReading{
+		{Key: "p1:l1", Status: "UP", Members: []MemberReading{{"m1", "UP"}, {"m2", "UP"}, {"m5", "UP"}}},
+		{Key: "p2:l2", Status: "UP", Members: []MemberReading{{"m3", "DOWN"}, {"m4", "UP"}, {"m6", "DRAIN"}}},
+		{Key: "p3:l3", Status: "UP", Members: []MemberReading{{"m7", "UP"}}},
+	}
+	if !reflect.DeepEqual(r.Pools, want) {
+		t.Fatalf("pools\n%+v\nwant\n%+v", r.Pools, want)
+	}
+}
+
+// A builder that reuses its maps builds, message after message, exactly
+// what a fresh builder does, as pools and members come, go and stay; an
+// encoder that keeps the pools part of unchanged pools sends exactly that
+// message too.
+func TestReusingBuilderBuildsTheSame(t *testing.T) {
+	a := "p1:l1,m1,UP,1\np1:l1,m2,UP,1\np1:l1,BACKEND,UP,1\np2:l2,m3,UP,1\np2:l2,BACKEND,UP,1\n"
+	b := "p1:l1,m1,DOWN,1\np1:l1,BACKEND,UP,1\np3:l3,m9,UP,1\np3:l3,BACKEND,UP,1\n"
+	c := "p2:l2,m3,UP,0\np2:l2,BACKEND,UP,1\n"
+	csvs := []string{a, a, b, b, "", "", c, a}
+	reused, fresh := reusing(nil), NewBuilder(nil)
+	var enc Encoder
+	var names names
+	kept := 0
+	for i, csv := range csvs {
+		rows, err := stats.ParseStat([]byte("# pxname,svname,status,weight\n" + csv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names.start()
+		r, err := fromRows(rows, names.keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names.trim()
+		msg := reused.Build(sampleAmphora, r)
+		if msg.poolsAsBefore {
+			kept++
+		}
+		got, _ := json.Marshal(msg)
+		want, _ := json.Marshal(fresh.Build(sampleAmphora, r))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("message %d\n%s\nwant\n%s", i, got, want)
+		}
+		d, err := enc.Encode(msg, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doc, _, err := Unwrap(d, testKey); err != nil || !bytes.Equal(doc, want) {
+			t.Fatalf("datagram %d carries\n%s (%v)\nwant\n%s", i, doc, err, want)
+		}
+	}
+	if kept != 3 {
+		t.Errorf("%d messages kept the pools of the one before, want 3", kept)
+	}
+	if len(reused.members) != 2 { // those of a
+		t.Errorf("maps of pools no longer reported are kept: %v", reused.members)
+	}
+}

@@ -1,7 +1,6 @@
 package health
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -58,14 +57,17 @@ func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) 
 	var mu sync.Mutex
 	results := make([]result, len(lbs))
 	late := false
-	var wg sync.WaitGroup
+	// Each reader reports on finished (buffered: a reader never waits),
+	// so the cycle waits for the count without a goroutine of its own.
+	finished := make(chan struct{}, len(lbs))
+	started := 0
 	for i, lb := range lbs {
 		if !s.startRead(lb) {
 			continue // an earlier reader of this LB has not returned yet
 		}
-		wg.Add(1)
+		started++
 		go func() {
-			defer wg.Done()
+			defer func() { finished <- struct{}{} }()
 			defer s.endRead(lb)
 			r, ok, decided := s.readRunning(rctx, lb)
 			mu.Lock()
@@ -75,11 +77,13 @@ func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) 
 			}
 		}()
 	}
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
-	select {
-	case <-all:
-	case <-rctx.Done():
+wait:
+	for ; started > 0; started-- {
+		select {
+		case <-finished:
+		case <-rctx.Done():
+			break wait
+		}
 	}
 	mu.Lock()
 	late = true
@@ -151,9 +155,10 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 	sc := s.scratchOf(lb)
 	for attempt := 1; ; attempt++ {
 		var rows []stats.Row
-		rows, err = s.haproxy.ShowStat(ctx, lb, &sc.buf)
+		rows, err = s.haproxy.ShowStat(ctx, lb, &sc.stat)
 		if err == nil {
 			var r Reading
+			sc.names.start()
 			if r, err = fromRows(rows, sc.names.keep); err == nil {
 				sc.names.trim()
 				if len(r.Skipped) == 0 {
@@ -267,11 +272,11 @@ func (s *Sender) pruneCache(lbs []string) {
 }
 
 // readScratch is what one LB's reads reuse from cycle to cycle: the
-// answer buffer (about 400 bytes per member; growing a new one each
-// cycle was most of the heartbeat's allocation and GC work) and the names
-// that readings keep. Only the one reader of the LB uses it (startRead).
+// answer buffer and its rows (growing new ones each cycle was most of the
+// heartbeat's allocation and GC work) and the names that readings keep.
+// Only the one reader of the LB uses it (startRead).
 type readScratch struct {
-	buf   bytes.Buffer
+	stat  StatScratch
 	names names
 }
 
@@ -288,33 +293,50 @@ func (s *Sender) scratchOf(lb string) *readScratch {
 
 // names copies the strings a reading keeps out of the answer buffer,
 // which the next read overwrites; a name copied for an earlier reading is
-// shared instead of copied again, so a steady LB allocates none. One
-// lookup per name: names no longer read are dropped by starting afresh
-// once they outnumber those in use.
+// shared instead of copied again, so a steady LB allocates none. A reading
+// asks for its names in the order of HAProxy's answer, which rarely
+// changes: a name equal to the one asked for at the same place in the
+// previous reading is taken from there (one string comparison); only the
+// others are looked up. Names no longer read are dropped by starting
+// afresh once they outnumber those in use.
 type names struct {
-	m    map[string]string
-	used int // keep calls since the last trim
+	m         map[string]string
+	used      int      // keep calls since the last trim
+	prev, cur []string // what keep returned, in order, in the last and this reading
 }
 
 func (n *names) keep(s string) string {
 	n.used++
-	if v, ok := n.m[s]; ok {
+	if i := len(n.cur); i < len(n.prev) && n.prev[i] == s {
+		v := n.prev[i]
+		n.cur = append(n.cur, v)
 		return v
 	}
-	if n.m == nil {
-		n.m = map[string]string{}
+	v, ok := n.m[s]
+	if !ok {
+		if n.m == nil {
+			n.m = map[string]string{}
+		}
+		v = strings.Clone(s)
+		n.m[v] = v
 	}
-	v := strings.Clone(s)
-	n.m[v] = v
+	n.cur = append(n.cur, v)
 	return v
 }
+
+// start begins a reading (what a failed one asked for is forgotten).
+func (n *names) start() { n.cur, n.used = n.cur[:0], 0 }
 
 // trim ends a reading.
 func (n *names) trim() {
 	if len(n.m) > 2*n.used+64 {
 		clear(n.m)
+		for _, v := range n.cur { // still shared by this reading
+			n.m[v] = v
+		}
 	}
 	n.used = 0
+	n.prev, n.cur = n.cur, n.prev[:0]
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -2,7 +2,6 @@ package health
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -162,7 +161,7 @@ func (s *scriptedSource) Running(string) bool {
 	defer s.mu.Unlock()
 	return s.running
 }
-func (s *scriptedSource) ShowStat(context.Context, string, *bytes.Buffer) ([]stats.Row, error) {
+func (s *scriptedSource) ShowStat(context.Context, string, *StatScratch) ([]stats.Row, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/tick"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
@@ -134,7 +135,7 @@ func (s *Sender) Run(ctx context.Context) error {
 	if err != nil {
 		s.log.Warn("heartbeat counter file unusable; counters start from zero", zap.Error(err))
 	}
-	s.builder = NewBuilder(counters)
+	s.builder = reusing(counters)
 	defer s.closeSockets()
 	s.log.Info("heartbeat sender starting", zap.String("counter_file", CountersPath(s.base)))
 	for {
@@ -142,7 +143,10 @@ func (s *Sender) Run(ctx context.Context) error {
 		end := time.Now()
 		s.lastCycle.Store(&end)
 		for {
-			wait := time.Until(end.Add(interval(s.cfg.Load())))
+			// The next instant of the interval shared with the agent's
+			// other periodic work (agent/tick), so the agent wakes once
+			// for all of it.
+			wait := time.Until(tick.Next(end, interval(s.cfg.Load())))
 			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -181,7 +185,7 @@ func interval(cfg *config.Config) time.Duration {
 func (s *Sender) Cycle(ctx context.Context) {
 	if s.builder == nil {
 		counters, _ := LoadCounters(CountersPath(s.base))
-		s.builder = NewBuilder(counters)
+		s.builder = reusing(counters)
 	}
 	cfg := s.cfg.Load()
 	now := time.Now()

@@ -1,7 +1,6 @@
 package health
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -256,7 +255,7 @@ type bigSource struct{ rows []stats.Row }
 
 func (b bigSource) LoadBalancers() ([]string, error) { return []string{"lb"}, nil }
 func (b bigSource) Running(string) bool              { return true }
-func (b bigSource) ShowStat(context.Context, string, *bytes.Buffer) ([]stats.Row, error) {
+func (b bigSource) ShowStat(context.Context, string, *StatScratch) ([]stats.Row, error) {
 	return b.rows, nil
 }
 

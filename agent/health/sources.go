@@ -27,9 +27,17 @@ type HAProxySource interface {
 	// deleted LB is never reported, not even from an earlier reading.
 	Running(lb string) bool
 	// ShowStat returns the rows of `show stat -1 -1 -1` from lb's stats
-	// socket. They may point into buf, which the caller reuses for lb's
+	// socket. They may point into sc, which the caller reuses for lb's
 	// next read.
-	ShowStat(ctx context.Context, lb string, buf *bytes.Buffer) ([]stats.Row, error)
+	ShowStat(ctx context.Context, lb string, sc *StatScratch) ([]stats.Row, error)
+}
+
+// StatScratch is what one LB's stats reads reuse from one to the next:
+// the answer buffer (about 400 bytes per member) and the rows pointing
+// into it.
+type StatScratch struct {
+	Answer bytes.Buffer
+	Rows   []stats.Row
 }
 
 // LayoutSource is HAProxySource as upstream does it: LBs are the folders of
@@ -55,14 +63,23 @@ func (s LayoutSource) Running(lb string) bool {
 	return s.Layout.Running(lb)
 }
 
-func (s LayoutSource) ShowStat(ctx context.Context, lb string, buf *bytes.Buffer) ([]stats.Row, error) {
+func (s LayoutSource) ShowStat(ctx context.Context, lb string, sc *StatScratch) ([]stats.Row, error) {
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = stats.DefaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return stats.ShowStatInto(ctx, s.Layout.SocketPath(lb), stats.All, stats.All, stats.All, buf)
+	// The heartbeat's reads come with an earlier deadline already: no
+	// second timer for them.
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	rows, err := stats.ShowStatAppend(ctx, s.Layout.SocketPath(lb), stats.All, stats.All, stats.All, &sc.Answer, sc.Rows)
+	if err == nil {
+		sc.Rows = rows
+	}
+	return rows, err
 }
 
 // LVSSource reports the LVS (UDP and SCTP) listeners that keepalived runs:

@@ -19,6 +19,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/tick"
 )
 
 // Defaults of a Spec's tunables.
@@ -451,12 +452,15 @@ func (d *Daemon) keepLog() {
 	if d.fw != nil {
 		every = forwardEvery
 	}
-	t := time.NewTicker(every)
+	// On the agent's shared instants: polling wakes the agent, and its
+	// other periodic work wakes it at the same moments.
+	t := tick.NewTicker(every)
 	defer t.Stop()
 	lastCap := time.Now()
 	for {
 		select {
 		case <-t.C:
+			t.Next()
 		case <-d.done:
 			d.closeForward()
 			return

@@ -29,7 +29,7 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup"},
+		from: []string{"agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
 		deny: []string{"..."},
 		// Their own test helpers, themselves free of the module.
 		allow: []string{"agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
@@ -53,7 +53,7 @@ var layerRules = []layerRule{
 		why:   "the supervision core imports only leaf helpers",
 		from:  []string{"agent/procwatch"},
 		deny:  []string{"..."},
-		allow: []string{"agent/fsutil", "agent/journalfwd", "agent/journalfwd/journalfwdtest", "agent/pidfile"},
+		allow: []string{"agent/fsutil", "agent/journalfwd", "agent/journalfwd/journalfwdtest", "agent/pidfile", "agent/tick"},
 	},
 	{
 		why:    "only the API and the binary speak HTTP",

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
+	"github.com/amphora-agent/amphora-agent/agent/tick"
 	"github.com/amphora-agent/amphora-agent/haproxy/promex"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
@@ -86,8 +87,9 @@ func (m *metricsServer) Run(ctx context.Context) error {
 		}
 	}
 	defer stop()
-	tick := time.NewTicker(metricsWatchInterval)
-	defer tick.Stop()
+	// On the agent's shared instants, with its other periodic work.
+	watch := tick.NewTicker(metricsWatchInterval)
+	defer watch.Stop()
 	for {
 		id, err := netns.ID(m.namespace)
 		switch {
@@ -127,7 +129,8 @@ func (m *metricsServer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-watch.C:
+			watch.Next()
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/tick"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 )
 
@@ -111,7 +112,7 @@ func (m *serviceManager) Stopping() {
 // under a slow VM can outlast WatchdogSec; TimeoutStartSec bounds it
 // instead), until ctx ends.
 func (m *serviceManager) Watchdog(ctx context.Context, timeout time.Duration, live func() error) {
-	t := time.NewTicker(timeout / 2)
+	t := tick.NewTicker(timeout / 2)
 	defer t.Stop()
 	for {
 		m.ping(live)
@@ -119,6 +120,7 @@ func (m *serviceManager) Watchdog(ctx context.Context, timeout time.Duration, li
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Next()
 		}
 	}
 }

@@ -68,15 +68,21 @@ func Command(ctx context.Context, socketPath, cmd string) ([]byte, error) {
 // that a caller asking every few seconds reuses one buffer instead of
 // growing a new one each time. The answer is buf's bytes.
 func CommandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
+	return commandInto(ctx, socketPath, cmd, buf, false)
+}
+
+// commandInto is CommandInto; paced reads a long answer in rounds (see
+// sock.Read), for readers that value CPU over the last milliseconds.
+func commandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
 	buf.Reset()
-	out, err := command(ctx, socketPath, cmd, buf)
+	out, err := command(ctx, socketPath, cmd, buf, paced)
 	if err != nil {
 		return nil, &Error{Socket: socketPath, Command: cmd, Err: err}
 	}
 	return out, nil
 }
 
-func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
+func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
 	if strings.ContainsAny(cmd, "\r\n") {
 		return nil, errors.New("command contains a line break")
 	}
@@ -85,31 +91,31 @@ func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, classify(ctx, err)
+	}
 	deadline, _ := ctx.Deadline()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socketPath)
+	conn, err := dial(socketPath, deadline)
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
-	defer conn.Close()
-	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
+	defer conn.close()
+	conn.mayPace = paced
 	// Cancellation (not only the deadline) interrupts blocked I/O.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	stop := conn.abortOn(ctx)
 	defer stop()
 
-	if _, err := io.WriteString(conn, cmd+"\n"); err != nil {
+	// The stats socket closes after answering one command; the master CLI
+	// waits for more input unless the client shuts its side down (send
+	// does).
+	if err := conn.send([]byte(cmd + "\n")); err != nil {
 		return nil, classify(ctx, err)
 	}
-	// The stats socket closes after answering one command; the master CLI
-	// waits for more input unless the client shuts its side down.
-	if uc, ok := conn.(*net.UnixConn); ok {
-		if err := uc.CloseWrite(); err != nil {
-			return nil, classify(ctx, err)
-		}
-	}
 	n, err := buf.ReadFrom(io.LimitReader(conn, MaxAnswer+1))
+	if err == nil {
+		// A cancelled read ends as if HAProxy had closed.
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, classify(ctx, err)
 	}

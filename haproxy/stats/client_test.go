@@ -2,11 +2,13 @@ package stats
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +23,21 @@ type fakeSocket struct {
 }
 
 func newFakeSocket(t *testing.T, answer func(cmd string) (string, bool)) *fakeSocket {
+	return newFakeSocketConn(t, func(cmd string, conn net.Conn, release <-chan struct{}) {
+		out, hang := answer(cmd)
+		if hang {
+			// Keep the connection open without answering.
+			<-release
+			return
+		}
+		conn.Write([]byte(out))
+	})
+}
+
+// newFakeSocketConn is newFakeSocket with the answer written by serve,
+// which may wait for release (the end of the test); the connection is
+// closed when serve returns.
+func newFakeSocketConn(t *testing.T, serve func(cmd string, conn net.Conn, release <-chan struct{})) *fakeSocket {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "st")
 	if err != nil {
@@ -41,23 +58,15 @@ func newFakeSocket(t *testing.T, answer func(cmd string) (string, bool)) *fakeSo
 				return
 			}
 			go func() {
+				defer conn.Close()
 				line, err := bufio.NewReader(conn).ReadString('\n')
 				if err != nil {
-					conn.Close()
 					return
 				}
 				f.mu.Lock()
 				f.cmds = append(f.cmds, line)
 				f.mu.Unlock()
-				out, hang := answer(line[:len(line)-1])
-				if hang {
-					// Keep the connection open without answering.
-					<-release
-					conn.Close()
-					return
-				}
-				conn.Write([]byte(out))
-				conn.Close()
+				serve(line[:len(line)-1], conn, release)
 			}()
 		}
 	}()
@@ -180,5 +189,42 @@ func TestCommandRefused(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.Command != "show info" || Timeout(err) {
 		t.Fatalf("err = %#v", err)
+	}
+}
+
+// An answer written in HAProxy-sized pieces arrives whole; one that keeps
+// trickling past the deadline ends with a time-out at the deadline, not
+// when the sender stops (the blocking read keeps the deadline).
+func TestCommandReadsPiecesUntilClose(t *testing.T) {
+	piece := []byte(strings.Repeat("x", 16<<10))
+	f := newFakeSocketConn(t, func(cmd string, conn net.Conn, release <-chan struct{}) {
+		pieces := 40
+		if cmd == "trickle" {
+			pieces = 1 << 30
+		}
+		for range pieces {
+			if _, err := conn.Write(piece); err != nil {
+				return
+			}
+			select {
+			case <-release:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	})
+	for _, paced := range []bool{false, true} {
+		var buf bytes.Buffer
+		out, err := commandInto(context.Background(), f.path, "show stat", &buf, paced)
+		if err != nil || len(out) != 40*len(piece) {
+			t.Fatalf("paced %v: %d bytes, %v; want %d", paced, len(out), err, 40*len(piece))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		_, err = commandInto(ctx, f.path, "trickle", &buf, paced)
+		cancel()
+		if took := time.Since(start); !Timeout(err) || took > 2*time.Second {
+			t.Fatalf("paced %v: trickling answer: %v after %v, want a time-out at 300 ms", paced, err, took)
+		}
 	}
 }

@@ -215,3 +215,27 @@ func TestParseStatMatchesCSVReader(t *testing.T) {
 		}
 	}
 }
+
+// Fields of an unquoted row: the first n comma-separated fields, as
+// strings.Split gives them, for every n.
+func TestFieldsFirstN(t *testing.T) {
+	for _, line := range []string{"", "a", "a,", ",", "px,sv,,12,,UP,0,", "p:l,FRONTEND,1,2,3"} {
+		rows, err := ParseStat([]byte("# pxname,svname,status\n" + line + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := strings.Split(line, ",")
+		if len(rows) == 0 { // an empty line is no row
+			if strings.TrimSpace(line) != "" {
+				t.Fatalf("%q: no row", line)
+			}
+			continue
+		}
+		for n := 0; n <= len(all)+1; n++ {
+			want := all[:min(n, len(all))]
+			if got := rows[0].Fields([]string{"kept"}, n); !slices.Equal(got, append([]string{"kept"}, want...)) {
+				t.Errorf("%q: Fields(%d) = %q, want %q", line, n, got[1:], want)
+			}
+		}
+	}
+}

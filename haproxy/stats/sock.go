@@ -1,0 +1,186 @@
+package stats
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// sock is one blocking UNIX stream connection to a HAProxy socket.
+//
+// Why not net.Conn: HAProxy writes a long answer (`show stat` of 2,500
+// members is about 1 MB) in pieces of its buffer size (16 KB) as fast as
+// the reader takes them, and a reader parked in Go's network poller wakes
+// for every piece, each wake-up a round of thread hand-offs that costs
+// more CPU than reading the piece. Here the first read blocks in the
+// kernel until the answer starts; a long answer is then read in rounds
+// (see Read), a short one (the master CLI's) as it comes. Time-outs stay
+// exact: SO_SNDTIMEO and SO_RCVTIMEO carry what is left until the
+// deadline, rounds stop at it, and cancellation shuts the socket down,
+// which ends a recv under way.
+type sock struct {
+	fd       int
+	deadline time.Time
+
+	mu     sync.Mutex // abort against close
+	closed bool
+
+	mayPace bool // the caller lets a long answer be read in rounds
+	paced   bool // a long answer is coming: read it in rounds (see Read)
+}
+
+// dial connects to path, blocking at most until deadline.
+func dial(path string, deadline time.Time) (*sock, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	s := &sock{fd: fd, deadline: deadline}
+	if err := s.timeout(unix.SO_SNDTIMEO); err != nil {
+		s.close()
+		return nil, err
+	}
+	sa := &unix.SockaddrUnix{Name: path}
+	for {
+		err = unix.Connect(fd, sa)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		s.close()
+		if err == unix.EAGAIN { // the listen queue stayed full until the deadline
+			return nil, errTimeout
+		}
+		return nil, &os.SyscallError{Syscall: "connect", Err: err}
+	}
+	return s, nil
+}
+
+// timeout sets opt (SO_SNDTIMEO or SO_RCVTIMEO) to what is left until the
+// deadline; errTimeout when nothing is.
+func (s *sock) timeout(opt int) error {
+	left := time.Until(s.deadline)
+	if left <= 0 {
+		return errTimeout
+	}
+	// Zero would mean no time-out at all.
+	tv := unix.NsecToTimeval(max(left.Nanoseconds(), int64(time.Microsecond)))
+	if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+		return os.NewSyscallError("setsockopt", err)
+	}
+	return nil
+}
+
+// send writes all of b, then shuts the sending side down: the master CLI
+// waits for more commands unless the client does.
+func (s *sock) send(b []byte) error {
+	if err := s.timeout(unix.SO_SNDTIMEO); err != nil {
+		return err
+	}
+	for len(b) > 0 {
+		n, err := unix.Write(s.fd, b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return errTimeout
+		case err != nil:
+			return &os.SyscallError{Syscall: "write", Err: err}
+		}
+		b = b[n:]
+	}
+	if err := unix.Shutdown(s.fd, unix.SHUT_WR); err != nil {
+		return os.NewSyscallError("shutdown", err)
+	}
+	return nil
+}
+
+// Pacing of long answers: HAProxy writes a long answer in pieces of its
+// buffer size as fast as the reader takes them, and even a blocked recv
+// wakes for every piece. Once a first read shows a long answer coming
+// (bigPiece or more at once), the rest is taken in rounds: whatever has
+// arrived, then a pause of pace while up to a socket buffer (about 200
+// KB) gathers. A short answer never pauses, and only callers that ask
+// (the heartbeat's `show stat`) are paced: the master CLI's answers and
+// `show servers state` during a reload are read as they come.
+const (
+	bigPiece = 8 << 10
+	pace     = 2 * time.Millisecond
+)
+
+// Read returns what HAProxy sent next (io.EOF once it closed), blocking
+// until something came, or once paced, see above.
+func (s *sock) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !s.paced {
+		if err := s.timeout(unix.SO_RCVTIMEO); err != nil {
+			return 0, err
+		}
+		n, err := s.recv(p, 0)
+		s.paced = s.mayPace && n >= bigPiece
+		return n, err
+	}
+	for {
+		n, err := s.recv(p, unix.MSG_DONTWAIT)
+		if err != unix.EAGAIN {
+			return n, err
+		}
+		if time.Until(s.deadline) <= 0 {
+			return 0, errTimeout
+		}
+		time.Sleep(min(pace, time.Until(s.deadline)))
+	}
+}
+
+// recv is one recvfrom with flags: io.EOF when HAProxy closed,
+// errTimeout when SO_RCVTIMEO ran out with nothing read, unix.EAGAIN for
+// MSG_DONTWAIT with nothing there.
+func (s *sock) recv(p []byte, flags int) (int, error) {
+	for {
+		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
+			uintptr(flags), 0, 0)
+		switch {
+		case errno == unix.EINTR: // a socket with a time-out is not restarted
+			continue
+		case errno == unix.EAGAIN && flags&unix.MSG_DONTWAIT != 0:
+			return 0, unix.EAGAIN
+		case errno == unix.EAGAIN:
+			return 0, errTimeout
+		case errno != 0:
+			return 0, &os.SyscallError{Syscall: "recvfrom", Err: errno}
+		case n == 0:
+			return 0, io.EOF
+		}
+		return int(n), nil
+	}
+}
+
+// abortOn shuts the socket down when ctx ends, which wakes a blocked
+// recv; the caller tells that from HAProxy closing by ctx.Err(). The
+// returned stop must be called before close.
+func (s *sock) abortOn(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.closed {
+			unix.Shutdown(s.fd, unix.SHUT_RDWR)
+		}
+	})
+}
+
+func (s *sock) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		unix.Close(s.fd)
+	}
+}
