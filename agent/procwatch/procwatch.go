@@ -85,19 +85,12 @@ func WatchAdopted(pid int, done <-chan struct{}) *Process {
 		defer close(exited)
 		p.Status = "exited (not a child of this agent: exit status unknown)"
 		if err == nil {
-			defer unix.Close(fd)
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			for {
-				n, perr := unix.Poll(fds, 500)
-				if n > 0 || perr != nil && !errors.Is(perr, unix.EINTR) {
-					return
-				}
-				select {
-				case <-done:
+			ended, werr := waitPidfd(fd, done)
+			if werr == nil {
+				if !ended {
 					p.Status = "no longer watched"
-					return
-				default:
 				}
+				return
 			}
 		}
 		for {
@@ -113,6 +106,41 @@ func WatchAdopted(pid int, done <-chan struct{}) *Process {
 		}
 	}()
 	return p
+}
+
+// waitPidfd waits until the pidfd turns readable (its process ended) or
+// done closes, parked in Go's poller: no thread sits in a poll(2) for each
+// adopted daemon, and nothing wakes until something happened. It owns and
+// closes fd; an error means the poller could not take it.
+func waitPidfd(fd int, done <-chan struct{}) (ended bool, err error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return false, err
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-done:
+			f.SetReadDeadline(time.Unix(1, 0)) // wakes the wait below
+		case <-stop:
+		}
+	}()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	err = rc.Read(func(uintptr) bool {
+		n, _ := unix.Poll(fds, 0)
+		return n > 0
+	})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Cmdline returns the argument vector of pid as procDir (normally /proc)
