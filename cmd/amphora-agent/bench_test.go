@@ -389,6 +389,12 @@ func benchAgents(t *testing.T, py upstream) (agentFigures, maybeAgent) {
 	}
 	pyAgent := maybeAgent{err: py.err}
 	if py.err == nil {
+		// Upstream's /details opens its namespace through pyroute2, which
+		// creates it when missing; one the bench made goes afterwards.
+		const upstreamNS = "/run/netns/amphora-haproxy"
+		if _, err := os.Stat(upstreamNS); os.IsNotExist(err) {
+			t.Cleanup(func() { exec.Command("ip", "netns", "delete", filepath.Base(upstreamNS)).Run() })
+		}
 		pyAgent.agentFigures, pyAgent.err = benchAgent(t, pythonStartRuns, func(e *testenv.Env) ([]string, []string) {
 			return []string{benchPython, benchScript("upstream_agent.py"), "--config-file", e.ConfigPath},
 				[]string{"PYTHONDONTWRITEBYTECODE=1", "AMPHORA_BENCH_LOG=" + e.Path("gunicorn.log")}
