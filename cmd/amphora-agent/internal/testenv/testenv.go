@@ -64,7 +64,7 @@ func Binary(t testing.TB) string {
 
 func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
 }
 
 // Env is one agent with its own files.
