@@ -33,6 +33,9 @@ type Summary struct {
 	// BindAddresses are the IP addresses of the frontends' bind lines, in
 	// order of appearance, without duplicates (the VIPs to advertise).
 	BindAddresses []netip.Addr
+	// LoadsServerState reports a `load-server-state-from-file` other than
+	// none: the servers' states are then worth saving before a reload.
+	LoadsServerState bool
 }
 
 // sectionKeywords start a new section of an HAProxy config.
@@ -44,7 +47,9 @@ var sectionKeywords = map[string]bool{
 }
 
 // summaryKeywords start the lines inside sections that Parse reads.
-var summaryKeywords = map[string]bool{"stats": true, "option": true, "maxconn": true, "mode": true, "bind": true}
+var summaryKeywords = map[string]bool{
+	"stats": true, "option": true, "maxconn": true, "mode": true, "bind": true, "load-server-state-from-file": true,
+}
 
 // firstWord is line's first field as strings.Fields splits it, when the
 // line starts with ASCII; ok is false when it cannot tell (a byte beyond
@@ -111,6 +116,8 @@ func parse(cfg []byte, skip bool) Summary {
 		switch {
 		case fields[0] == "stats" && len(fields) > 2 && fields[1] == "socket" && sum.StatsSocket == "":
 			sum.StatsSocket = fields[2]
+		case fields[0] == "load-server-state-from-file" && len(fields) > 1 && fields[1] != "none":
+			sum.LoadsServerState = true
 		case fields[0] == "option" && len(fields) > 1 && strings.HasPrefix(fields[1], "splice-"):
 			sum.Splice = true
 		case inGlobal && fields[0] == "maxconn" && len(fields) > 1:

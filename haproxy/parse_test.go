@@ -39,12 +39,17 @@ frontend L4
 
 backend P1:L1
     mode http
+    load-server-state-from-file none
     server M1 198.51.100.5:80
+
+backend P2:L2
+    load-server-state-from-file global
 `
 	got := Parse([]byte(cfg))
 	want := Summary{
-		StatsSocket:   "/var/lib/octavia/lb1.sock",
-		GlobalMaxconn: 4000,
+		StatsSocket:      "/var/lib/octavia/lb1.sock",
+		GlobalMaxconn:    4000,
+		LoadsServerState: true,
 		BindAddresses: []netip.Addr{
 			netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("2001:db8::11"),
 		},
@@ -57,5 +62,22 @@ backend P1:L1
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// Only a load-server-state-from-file other than none asks for the saved
+// states.
+func TestParseLoadsServerState(t *testing.T) {
+	for cfg, want := range map[string]bool{
+		"backend P\n    server M 198.51.100.5:80\n":             false,
+		"backend P\n    load-server-state-from-file none\n":     false,
+		"defaults\n    load-server-state-from-file global\n":    true,
+		"backend P\n    load-server-state-from-file local\n":    true,
+		"backend P\n    # load-server-state-from-file global\n": false,
+		"backend P\n    load-server-state-from-file\n":          false,
+	} {
+		if got := Parse([]byte(cfg)).LoadsServerState; got != want {
+			t.Errorf("Parse(%q).LoadsServerState = %v, want %v", cfg, got, want)
+		}
 	}
 }

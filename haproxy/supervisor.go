@@ -640,8 +640,15 @@ func (in *instance) saveServersState(ctx context.Context) {
 	defer cancel()
 	l := in.s.layout()
 	sock := l.SocketPath(in.lb)
-	if sum, err := l.Summary(in.lb); err == nil && sum.StatsSocket != "" {
-		sock = sum.StatsSocket
+	if sum, err := l.Summary(in.lb); err == nil {
+		if !sum.LoadsServerState {
+			// The config being loaded never reads the states: saving
+			// them (a dump of every server) would only delay the reload.
+			return
+		}
+		if sum.StatsSocket != "" {
+			sock = sum.StatsSocket
+		}
 	}
 	out, err := stats.ShowServersState(ctx, sock)
 	if err != nil {

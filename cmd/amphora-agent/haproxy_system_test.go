@@ -515,3 +515,35 @@ func TestHAProxyKeepsServingWhenTheAgentStops(t *testing.T) {
 		t.Fatal("the HAProxy master did not survive the agent's stop")
 	}
 }
+
+// Servers' states are dumped before a reload only for a config that loads
+// them: the dump of every server would otherwise only delay the reload.
+func TestHAProxySavesServersStateOnlyForAConfigThatLoadsIt(t *testing.T) {
+	f := newLBFixture(t)
+	f.startServing()
+	statePath := filepath.Join(f.base(), testLB, "servers-state")
+	reload := func(gen int, cfg string) {
+		t.Helper()
+		if status, body := f.upload(cfg); status != 202 {
+			t.Fatalf("upload %d: %d %s", gen, status, body)
+		}
+		if status, body := f.action("reload"); status != 202 {
+			t.Fatalf("reload %d: %d %s", gen, status, body)
+		}
+		f.waitServing("generation "+strconv.Itoa(gen), strconv.Itoa(gen))
+	}
+	const loads = "load-server-state-from-file global"
+	cfg := f.config(2)
+	if !strings.Contains(cfg, loads) {
+		t.Fatalf("the fixture's config has no %q", loads)
+	}
+	os.Remove(statePath)
+	reload(2, strings.Replace(cfg, loads, "load-server-state-from-file none", 1))
+	if _, err := os.Stat(statePath); !os.IsNotExist(err) {
+		t.Errorf("servers state saved for a config that never loads it (stat: %v)", err)
+	}
+	reload(3, f.config(3))
+	if _, err := os.Stat(statePath); err != nil {
+		t.Errorf("servers state not saved before loading a config that reads it: %v", err)
+	}
+}
