@@ -84,24 +84,14 @@ func TestRespawnerRestartsUntilAStartSucceeds(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
 	restarted := make(chan *Process, 1)
-	r := &Respawner{
-		Lock: &mu, Done: done,
-		Backoff:      Backoff{Count: 5, Interval: time.Millisecond, Max: time.Millisecond, Stable: time.Hour},
-		Respawns:     &Respawns{},
-		StartTimeout: time.Second,
-		Dead:         func(*Process) bool { return true },
-		Wanted:       func() bool { return true },
-		Start: func(context.Context) (*Process, error) {
-			// The first two starts fail; the third works.
-			if starts.Add(1) < 3 {
-				return nil, errors.New("cannot start")
-			}
-			return startChild(t, "sleep", "30"), nil
-		},
-		Died:      func(*Process, time.Duration, time.Duration, int) {},
-		Restarted: func(started, _ *Process, _ int) { restarted <- started },
-		Failed:    func(error) {},
-	}
+	r := testRespawner(&mu, done, func(context.Context) (*Process, error) {
+		// The first two starts fail; the third works.
+		if starts.Add(1) < 3 {
+			return nil, errors.New("cannot start")
+		}
+		return startChild(t, "sleep", "30"), nil
+	})
+	r.Restarted = func(started, _ *Process, _ int) { restarted <- started }
 	first := startChild(t, "true")
 	go r.Watch(first)
 	select {
@@ -125,24 +115,30 @@ func TestRespawnerStartsNothingOnceDone(t *testing.T) {
 	for range 100 {
 		done := make(chan struct{})
 		close(done)
-		r := &Respawner{
-			Lock: &mu, Done: done,
-			Backoff:      Backoff{Count: 5, Interval: time.Millisecond, Max: time.Millisecond, Stable: time.Hour},
-			Respawns:     &Respawns{},
-			StartTimeout: time.Second,
-			Dead:         func(*Process) bool { return true },
-			Wanted:       func() bool { return true },
-			Start: func(context.Context) (*Process, error) {
-				starts.Add(1)
-				return nil, errors.New("must not start")
-			},
-			Died:      func(*Process, time.Duration, time.Duration, int) {},
-			Restarted: func(*Process, *Process, int) {},
-			Failed:    func(error) {},
-		}
+		r := testRespawner(&mu, done, func(context.Context) (*Process, error) {
+			starts.Add(1)
+			return nil, errors.New("must not start")
+		})
 		r.Watch(dead)
 	}
 	if n := starts.Load(); n != 0 {
 		t.Fatalf("%d starts after supervision ended", n)
+	}
+}
+
+// testRespawner is a Respawner that restarts at once, for any death, with
+// start, and reports nothing.
+func testRespawner(mu *sync.Mutex, done <-chan struct{}, start func(context.Context) (*Process, error)) *Respawner {
+	return &Respawner{
+		Lock: mu, Done: done,
+		Backoff:      Backoff{Count: 5, Interval: time.Millisecond, Max: time.Millisecond, Stable: time.Hour},
+		Respawns:     &Respawns{},
+		StartTimeout: time.Second,
+		Dead:         func(*Process) bool { return true },
+		Wanted:       func() bool { return true },
+		Start:        start,
+		Died:         func(*Process, time.Duration, time.Duration, int) {},
+		Restarted:    func(*Process, *Process, int) {},
+		Failed:       func(error) {},
 	}
 }
