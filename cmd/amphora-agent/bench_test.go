@@ -77,6 +77,11 @@ func TestBench(t *testing.T) {
 	tb.row("  same, PSS (pages shared by forks split)",
 		fmtKB(goAgent.pss), pyAgent.cell(func(a agentFigures) string { return fmtKB(a.pss) }),
 		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.pss) / float64(goAgent.pss) }))
+	// The rest of RSS is clean pages of the binary (or interpreter and
+	// modules) that the kernel can drop and read again.
+	tb.row("  of RSS, anonymous (heap, stacks: not backed by a file)",
+		fmtKB(goAgent.anon), pyAgent.cell(func(a agentFigures) string { return fmtKB(a.anon) }),
+		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.anon) / float64(goAgent.anon) }))
 	if hap.err != nil {
 		tb.row("HAProxy idle floor (master+worker, maxconn 100)", "n/a ("+hap.err.Error()+")", "", "")
 	} else {
@@ -157,8 +162,8 @@ func TestBenchAgentFigures(t *testing.T) {
 		t.Skip("AMPHORA_BENCH_OUT is not set")
 	}
 	g, _ := benchAgents(t, upstream{err: errors.New("not measured")})
-	t.Logf("start-up %s, /1.0/info %s, /1.0/details %s, RSS %s, PSS %s",
-		fmtDur(g.startup), fmtDur(g.info), fmtDur(g.details), fmtKB(g.rss), fmtKB(g.pss))
+	t.Logf("start-up %s, /1.0/info %s, /1.0/details %s, RSS %s, PSS %s, anonymous %s",
+		fmtDur(g.startup), fmtDur(g.info), fmtDur(g.details), fmtKB(g.rss), fmtKB(g.pss), fmtKB(g.anon))
 }
 
 // --- heartbeat ---------------------------------------------------------
@@ -354,6 +359,7 @@ type agentFigures struct {
 	// /1.0/details over one kept-alive connection.
 	info, details time.Duration
 	rss, pss      int64 // kB, summed over the agent's process group
+	anon          int64 // kB of those not backed by a file (heap, stacks)
 	procs         int
 }
 
@@ -443,6 +449,7 @@ func benchAgent(t *testing.T, runs int, argv func(*testenv.Env) (args, env []str
 			pids := groupPids(p.pid())
 			fig.procs = len(pids)
 			fig.rss, fig.pss = memKB(pids)
+			fig.anon = anonKB(pids)
 			fig.info, fig.details = latencies(e, idleRequests)
 		}
 		p.stop()
@@ -679,6 +686,14 @@ func memKB(pids []int) (rss, pss int64) {
 		pss += procField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
 	}
 	return rss, pss
+}
+
+// anonKB sums the anonymous memory (smaps_rollup) of pids.
+func anonKB(pids []int) (kb int64) {
+	for _, pid := range pids {
+		kb += procField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Anonymous:")
+	}
+	return kb
 }
 
 func procField(path, key string) int64 {
