@@ -113,7 +113,8 @@ func renderBaseRules() string {
 
 // renderRules is upstream's VIP ruleset: conntrack, loopback, ICMP and
 // DHCP, then everything arriving on the VIP interface goes through one
-// accept line per rule; the rest is dropped.
+// accept line per rule; the rest is dropped. Unlike upstream's, untracked
+// TCP from the other interfaces passes (see below).
 func renderRules(rules []FirewallRule) string {
 	var b strings.Builder
 	b.WriteString(nftPreamble)
@@ -124,6 +125,13 @@ func renderRules(rules []FirewallRule) string {
 	b.WriteString("      ip saddr 127.0.0.0/8 drop\n")
 	b.WriteString("      ip6 saddr ::1 drop\n")
 	b.WriteString(nftICMP + nftICMPv6 + nftDHCP + nftDHCPv6)
+	// The LVS masquerade script keeps TCP on member ports out of
+	// conntrack: the members' answers to HAProxy arrive untracked there
+	// and would meet the drop policy (upstream's ruleset drops them, and
+	// such a load balancer answers 503). Member ports keep their Neutron
+	// security groups; only the VIP's port relies on these rules, and its
+	// TCP stays tracked.
+	b.WriteString("      iifname != " + VIPInterface + " meta l4proto tcp ct state untracked accept\n")
 	b.WriteString("      iifname " + VIPInterface + " goto amphora_vip_chain\n")
 	b.WriteString("  }\n")
 	b.WriteString(nftVIPOpen)

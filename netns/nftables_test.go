@@ -69,6 +69,7 @@ table inet amphora_table {
       icmpv6 type { nd-neighbor-solicit, nd-router-advert, nd-neighbor-advert, packet-too-big, destination-unreachable } accept
       udp sport 67 udp dport 68 accept
       udp sport 547 udp dport 546 accept
+      iifname != eth1 meta l4proto tcp ct state untracked accept
       iifname eth1 goto amphora_vip_chain
   }
   chain amphora_vip_chain {

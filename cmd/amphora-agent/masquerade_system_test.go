@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -23,12 +24,7 @@ func TestMasqueradeScriptIdempotent(t *testing.T) {
 	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", n.amp.Name, script)
 	n.env.Start()
 
-	vipBody := fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q,
-		"vrrp_ip": %q, "host_routes": [],
-		"additional_vips": [{"ip_address": %q, "subnet_cidr": "2001:db8:1::/64", "gateway": "2001:db8:1::1", "host_routes": []}],
-		"is_sriov": false}`, n.vipNIC.A.MAC, netVRRP, netVIP6)
-	memberBody := fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q,
-		"subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}], "is_sriov": false}`, n.memNIC.A.MAC, netMemberIP)
+	vipBody, memberBody := n.plugBodies(false)
 	for path, body := range map[string]string{"/1.0/plug/vip/" + netVIP: vipBody, "/1.0/plug/network": memberBody} {
 		if status, _, out := n.env.Do("POST", path, []byte(body)); status != 202 {
 			t.Fatalf("POST %s = %d %s\n%s", path, status, out, n.env.Output())
@@ -106,4 +102,47 @@ func (n *netTopology) masqueradeRules(t *testing.T) []string {
 	}
 	slices.Sort(rules)
 	return rules
+}
+
+// TestVIPRulesLetTCPMembersAnswer: an SR-IOV VIP's firewall (input policy
+// drop) together with the masquerade script, which keeps TCP on member
+// ports out of conntrack. The members' answers arrive untracked on the
+// member port and must still reach HAProxy (upstream drops them, so such a
+// load balancer answers 503), while the VIP keeps only what its rules allow.
+func TestVIPRulesLetTCPMembersAnswer(t *testing.T) {
+	r := newNetRig(t)
+	script := filepath.Join(cmdDir(), "lvs-masquerade.sh")
+	r.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", r.amp.Name, script)
+	r.env.Start()
+	vipBody, memberBody := r.plugBodies(true)
+	r.call(t, "POST", "/1.0/plug/vip/"+netVIP, vipBody, 202)
+	r.call(t, "POST", "/1.0/plug/network", memberBody, 202)
+	// The case at hand: TCP untracked on the member port, tracked on the VIP's.
+	rules := strings.Join(r.masqueradeRules(t), "\n")
+	if !strings.Contains(rules, `prerouting: iifname "eth2" meta l4proto tcp notrack`) || strings.Contains(rules, `iifname "eth1" meta l4proto tcp notrack`) {
+		t.Fatalf("masquerade rules are not those of an SR-IOV VIP with a member port:\n%s", rules)
+	}
+	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`, 200)
+	r.loadBalancer(t)
+	for _, url := range []string{"http://" + netVIP + ":80/", "http://[" + netVIP6 + "]:80/"} {
+		if got := r.get(t, url); got != "member-1" {
+			t.Errorf("%s answered %q, want member-1", url, got)
+		}
+	}
+	// The load balancer also listens on 8080, which the rules do not allow.
+	r.blocked(t, net.JoinHostPort(netVIP, "8080"))
+	r.blocked(t, net.JoinHostPort(netVIP6, "8080"))
+}
+
+// plugBodies are the controller's plug requests for the topology's VIP
+// port (IPv4 VIP plus an IPv6 additional VIP; SR-IOV or not) and member
+// port.
+func (n *netTopology) plugBodies(vipSRIOV bool) (vip, member string) {
+	vip = fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q,
+		"vrrp_ip": %q, "host_routes": [],
+		"additional_vips": [{"ip_address": %q, "subnet_cidr": "2001:db8:1::/64", "gateway": "2001:db8:1::1", "host_routes": []}],
+		"is_sriov": %t}`, n.vipNIC.A.MAC, netVRRP, netVIP6, vipSRIOV)
+	member = fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q,
+		"subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}], "is_sriov": false}`, n.memNIC.A.MAC, netMemberIP)
+	return vip, member
 }
