@@ -3,6 +3,7 @@ package keepalived
 import (
 	"context"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -35,6 +36,12 @@ echo $$ > "$checkfile"
 echo $$ > "$pidfile"
 while :; do sleep 1 & wait $!; done
 `
+
+// A test run under nohup ignores SIGHUP, children inherit that, and a
+// shell cannot trap a signal ignored when it started: the fake would never
+// see a reload. A caught signal is reset in children instead, as in the
+// agent, which catches SIGHUP for its own reload.
+func init() { signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP) }
 
 type fakeEnv struct {
 	dir, base string
