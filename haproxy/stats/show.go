@@ -205,7 +205,7 @@ func ShowStatInto(ctx context.Context, socketPath string, iid, typeMask, sid int
 // ShowStatAppend is ShowStatInto appending the rows to rows[:0], so that a
 // caller asking every few seconds reuses one slice. It is meant for such
 // periodic readers: a long answer is read in rounds a few milliseconds
-// apart (see sock.Read), which saves CPU and costs a few milliseconds.
+// apart (see dialPaced), which saves CPU and costs a few milliseconds.
 func ShowStatAppend(ctx context.Context, socketPath string, iid, typeMask, sid int, buf *bytes.Buffer, rows []Row) ([]Row, error) {
 	cmd := fmt.Sprintf("show stat %d %d %d", iid, typeMask, sid)
 	out, err := commandInto(ctx, socketPath, cmd, buf, true)
