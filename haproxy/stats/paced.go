@@ -12,7 +12,8 @@ import (
 )
 
 // The heartbeat's `show stat` (a paced command) runs on a non-blocking
-// socket through raw system calls, and waits only on Go timers.
+// socket through raw system calls, and waits between looks in a raw
+// nanosleep of at most 2 ms (see wait).
 //
 // Why: a system call made the ordinary way (syscall.Syscall, file and
 // network I/O) enters the scheduler's syscall state, which wakes Go's
@@ -23,7 +24,8 @@ import (
 // second. A raw call bypasses the scheduler, which is only legitimate for
 // calls that cannot block: on a non-blocking UNIX socket, socket, connect
 // (EAGAIN when the listen queue is full), send, shutdown, recv and close
-// all return at once.
+// all return at once. The one exception, the sleep between looks, is
+// bounded and explained at wait.
 //
 // Pacing: HAProxy writes a long answer in pieces of its buffer size as
 // fast as the reader takes them. The reader looks first after firstPoll,
@@ -131,23 +133,39 @@ func (s *sock) readPaced(p []byte) (int, error) {
 }
 
 // wait sleeps for d, or less to stop at the deadline: errTimeout when the
-// deadline has passed, errAborted when the command's context ended.
+// deadline has passed, errAborted when the command's context has ended
+// (looked at between sleeps, so at most d late).
+//
+// The sleep is a raw nanosleep, not a Go timer: the goroutine keeps its P
+// for up to d (pace or firstPoll), which no other goroutine can use
+// meanwhile (the other Ps can, and HAProxy has the CPU). A timer would
+// free the P but cost three thread wake-ups per round: the thread parked
+// in the network poller, a second one started to look for work, and
+// sysmon, which sleeps only until the next timer; the running agent
+// spends more CPU in those than in reading the answer. A signal (Go's
+// preemption, the profiler) ends the nanosleep early; it goes on with
+// what is left.
 func (s *sock) wait(d time.Duration) error {
+	select {
+	case <-s.done:
+		return errAborted
+	default:
+	}
 	left := time.Until(s.deadline)
 	if left <= 0 {
 		return errTimeout
 	}
-	d = min(d, left)
-	if s.timer == nil {
-		s.timer = time.NewTimer(d)
-	} else {
-		s.timer.Reset(d)
+	ts := unix.NsecToTimespec(min(d, left).Nanoseconds())
+	for {
+		_, _, errno := unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), uintptr(unsafe.Pointer(&ts)), 0)
+		if errno != unix.EINTR {
+			break
+		}
 	}
 	select {
-	case <-s.timer.C:
-		return nil
 	case <-s.done:
-		s.timer.Stop()
 		return errAborted
+	default:
+		return nil
 	}
 }

@@ -30,11 +30,10 @@ type sock struct {
 	mu     sync.Mutex // abort against close
 	closed bool
 
-	// The non-blocking (paced) sock's state: it waits on Go timers only.
+	// The non-blocking (paced) sock's state.
 	nonblock bool
 	done     <-chan struct{} // the command's ctx.Done
-	timer    *time.Timer
-	started  bool // the answer has begun
+	started  bool            // the answer has begun
 }
 
 // dial connects to path, blocking at most until deadline.
