@@ -71,8 +71,9 @@ func CommandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer)
 	return commandInto(ctx, socketPath, cmd, buf, false)
 }
 
-// commandInto is CommandInto; paced reads a long answer in rounds (see
-// sock.Read), for readers that value CPU over the last milliseconds.
+// commandInto is CommandInto; paced reads the answer in rounds on a
+// non-blocking socket (see dialPaced), for readers that value CPU over
+// the last milliseconds.
 func commandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
 	buf.Reset()
 	out, err := command(ctx, socketPath, cmd, buf, paced)
@@ -95,15 +96,23 @@ func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, pac
 		return nil, classify(ctx, err)
 	}
 	deadline, _ := ctx.Deadline()
-	conn, err := dial(socketPath, deadline)
+	var conn *sock
+	var err error
+	if paced {
+		conn, err = dialPaced(ctx, socketPath, deadline)
+	} else {
+		conn, err = dial(socketPath, deadline)
+	}
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
 	defer conn.close()
-	conn.mayPace = paced
-	// Cancellation (not only the deadline) interrupts blocked I/O.
-	stop := conn.abortOn(ctx)
-	defer stop()
+	if !paced {
+		// Cancellation (not only the deadline) interrupts blocked I/O; a
+		// paced sock never blocks and watches ctx itself.
+		stop := conn.abortOn(ctx)
+		defer stop()
+	}
 
 	// The stats socket closes after answering one command; the master CLI
 	// waits for more input unless the client shuts its side down (send

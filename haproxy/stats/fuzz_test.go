@@ -109,3 +109,22 @@ func FuzzParseInfo(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFields: an unquoted row splits as strings.Split splits it, whatever
+// its bytes and wherever its commas fall in a machine word.
+func FuzzFields(f *testing.F) {
+	f.Add("pool:listener,member-0001,0,0,0,3,,0,0,0,,0,,0,0,0,0,UP,1,1,0,0,0,12,0,,1,3,1,,0,,2,0,,1,L4OK,,0")
+	f.Add("+,-.,\xac\x2c,,\x00,\xff\x2d")
+	f.Fuzz(func(t *testing.T, line string) {
+		if strings.ContainsAny(line, "\"\r\n") || strings.TrimSpace(line) == "" {
+			return
+		}
+		rows, err := ParseStat([]byte("# pxname,svname,status\n" + line + "\n"))
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("%q: %d rows, %v", line, len(rows), err)
+		}
+		if got, want := rows[0].Fields(nil, math.MaxInt), strings.Split(line, ","); !slices.Equal(got, want) {
+			t.Fatalf("%q: Fields = %q, want %q", line, got, want)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package stats_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -86,5 +87,51 @@ backend pool-1:listener-1
 	out, err = stats.Command(ctx, hp.Master, "@1 show info")
 	if err != nil || !strings.Contains(string(out), "Uptime_sec:") {
 		t.Errorf("master @1 show info = %q, %v", out, err)
+	}
+}
+
+// A long answer (10 backends × 250 servers, about 750 KB: HAProxy writes
+// it in many pieces, as fast as the reader takes them) arrives whole
+// through the heartbeat's paced read, the same rows as the blocking read.
+func TestRealHAProxyLongAnswerPaced(t *testing.T) {
+	dir := haproxytest.ShortDir(t)
+	sock := filepath.Join(dir, "lb.sock")
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global\n    maxconn 100\n    stats socket %s mode 0666 level user\n"+
+		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n", sock)
+	for l := range 10 {
+		fmt.Fprintf(&cfg, "frontend listener-%d\n    bind 127.0.0.1:%d\n    default_backend pool-%d:listener-%d\n"+
+			"backend pool-%d:listener-%d\n", l, haproxytest.FreePort(t), l, l, l, l)
+		for m := range 250 {
+			fmt.Fprintf(&cfg, "    server member-%d-%d 127.0.0.1:9 weight %d\n", l, m, m%3)
+		}
+	}
+	haproxytest.Start(t, haproxytest.Options{Config: cfg.String(), Dir: dir, StatsSocket: sock})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	summary := func(rows []stats.Row) string {
+		var b strings.Builder
+		for _, r := range rows {
+			fmt.Fprintf(&b, "%s/%s=%s w%s\n", r.PxName(), r.SvName(), r.Status(), r.Get(stats.ColWeight))
+		}
+		return b.String()
+	}
+	want, err := stats.ShowStat(ctx, sock, stats.All, stats.All, stats.All)
+	if err != nil || len(want) != 10*252 {
+		t.Fatalf("blocking read: %d rows, %v", len(want), err)
+	}
+	var buf bytes.Buffer
+	var rows []stats.Row
+	for range 3 { // the buffers reused, as the heartbeat does
+		rows, err = stats.ShowStatAppend(ctx, sock, stats.All, stats.All, stats.All, &buf, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if buf.Len() < 500<<10 {
+			t.Fatalf("answer of %d bytes, want a long one", buf.Len())
+		}
+		if got := summary(rows); got != summary(want) {
+			t.Fatalf("paced read: %d rows, blocking read %d; they differ", len(rows), len(want))
+		}
 	}
 }

@@ -3,8 +3,10 @@ package stats
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -101,10 +103,22 @@ func (r Row) Fields(dst []string, n int) []string {
 		return dst
 	}
 	if !r.quoted {
-		// Most fields are a few characters long: a plain loop beats a
-		// call to IndexByte for each.
-		from := 0
-		for i := 0; i < len(line); i++ {
+		// Most fields are a few characters long, so a call to IndexByte
+		// for each costs more than it saves, and a loop over bytes
+		// mispredicts at every comma: the commas of 8 bytes at a time
+		// are found at once (commas), then taken in order.
+		from, i := 0, 0
+		for ; i+8 <= len(line); i += 8 {
+			for m := commas(binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(line[i:]), 8))); m != 0; m &= m - 1 {
+				c := i + bits.TrailingZeros64(m)>>3
+				dst = append(dst, line[from:c])
+				from = c + 1
+				if len(dst)-start == n {
+					return dst
+				}
+			}
+		}
+		for ; i < len(line); i++ {
 			if line[i] == ',' {
 				dst = append(dst, line[from:i])
 				from = i + 1
@@ -134,6 +148,16 @@ func (r Row) Fields(dst []string, n int) []string {
 		line = line[1:] // the comma
 	}
 	return dst
+}
+
+// commas returns w (8 bytes, the first in the low byte) with the high bit
+// of each byte set where that byte is a comma, and no other bit: the
+// exact form of the zero-byte test, whose borrows cannot mark a byte
+// that is not a comma.
+func commas(w uint64) uint64 {
+	const lo7, hi = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
+	x := w ^ (hi>>7)*','                   // comma bytes become zero
+	return ^((x&lo7 + lo7) | x | lo7) & hi // high bit set only for zero bytes
 }
 
 // unquote reads the quoted field at the start of s (the line has been
@@ -205,7 +229,7 @@ func ShowStatInto(ctx context.Context, socketPath string, iid, typeMask, sid int
 // ShowStatAppend is ShowStatInto appending the rows to rows[:0], so that a
 // caller asking every few seconds reuses one slice. It is meant for such
 // periodic readers: a long answer is read in rounds a few milliseconds
-// apart (see sock.Read), which saves CPU and costs a few milliseconds.
+// apart (see dialPaced), which saves CPU and costs a few milliseconds.
 func ShowStatAppend(ctx context.Context, socketPath string, iid, typeMask, sid int, buf *bytes.Buffer, rows []Row) ([]Row, error) {
 	cmd := fmt.Sprintf("show stat %d %d %d", iid, typeMask, sid)
 	out, err := commandInto(ctx, socketPath, cmd, buf, true)

@@ -219,7 +219,15 @@ func TestParseStatMatchesCSVReader(t *testing.T) {
 // Fields of an unquoted row: the first n comma-separated fields, as
 // strings.Split gives them, for every n.
 func TestFieldsFirstN(t *testing.T) {
-	for _, line := range []string{"", "a", "a,", ",", "px,sv,,12,,UP,0,", "p:l,FRONTEND,1,2,3"} {
+	lines := []string{"", "a", "a,", ",", "px,sv,,12,,UP,0,", "p:l,FRONTEND,1,2,3",
+		"pool:listener,member-0001,0,0,0,3,,0,0,0,,0,,0,0,0,0,UP,1,1,0,0,0,12,0,,1,3,1,,0,,2,0,,1,L4OK,,0",
+		",,,,,,,,,,,,,,,,,,,,", "+,-.,\xac\x2c,,\u00ac"}
+	// A comma at each place in a word, and bytes next to ',' (0x2c) that
+	// a sloppy test for it could take for one.
+	for i := range 24 {
+		lines = append(lines, strings.Repeat("a", i)+","+strings.Repeat("-+", 8), strings.Repeat("\xac+-\x00", i%5)+",\xff,")
+	}
+	for _, line := range lines {
 		rows, err := ParseStat([]byte("# pxname,svname,status\n" + line + "\n"))
 		if err != nil {
 			t.Fatal(err)

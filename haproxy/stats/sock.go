@@ -11,18 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sock is one blocking UNIX stream connection to a HAProxy socket.
+// sock is one UNIX stream connection to a HAProxy socket, blocking (see
+// dial) or non-blocking for the heartbeat's paced reads (see dialPaced).
 //
 // Why not net.Conn: HAProxy writes a long answer (`show stat` of 2,500
 // members is about 1 MB) in pieces of its buffer size (16 KB) as fast as
 // the reader takes them, and a reader parked in Go's network poller wakes
 // for every piece, each wake-up a round of thread hand-offs that costs
-// more CPU than reading the piece. Here the first read blocks in the
-// kernel until the answer starts; a long answer is then read in rounds
-// (see Read), a short one (the master CLI's) as it comes. Time-outs stay
-// exact: SO_SNDTIMEO and SO_RCVTIMEO carry what is left until the
-// deadline, rounds stop at it, and cancellation shuts the socket down,
-// which ends a recv under way.
+// more CPU than reading the piece. A blocking sock's first read blocks in
+// the kernel until the answer starts, then takes the rest as it comes.
+// Time-outs stay exact: SO_SNDTIMEO and SO_RCVTIMEO carry what is left
+// until the deadline, and cancellation shuts the socket down, which ends
+// a recv under way.
 type sock struct {
 	fd       int
 	deadline time.Time
@@ -30,8 +30,10 @@ type sock struct {
 	mu     sync.Mutex // abort against close
 	closed bool
 
-	mayPace bool // the caller lets a long answer be read in rounds
-	paced   bool // a long answer is coming: read it in rounds (see Read)
+	// The non-blocking (paced) sock's state.
+	nonblock bool
+	done     <-chan struct{} // the command's ctx.Done
+	started  bool            // the answer has begun
 }
 
 // dial connects to path, blocking at most until deadline.
@@ -80,6 +82,9 @@ func (s *sock) timeout(opt int) error {
 // send writes all of b, then shuts the sending side down: the master CLI
 // waits for more commands unless the client does.
 func (s *sock) send(b []byte) error {
+	if s.nonblock {
+		return s.sendPaced(b)
+	}
 	if err := s.timeout(unix.SO_SNDTIMEO); err != nil {
 		return err
 	}
@@ -101,57 +106,30 @@ func (s *sock) send(b []byte) error {
 	return nil
 }
 
-// Pacing of long answers: HAProxy writes a long answer in pieces of its
-// buffer size as fast as the reader takes them, and even a blocked recv
-// wakes for every piece. Once a first read shows a long answer coming
-// (bigPiece or more at once), the rest is taken in rounds: whatever has
-// arrived, then a pause of pace while up to a socket buffer (about 200
-// KB) gathers. A short answer never pauses, and only callers that ask
-// (the heartbeat's `show stat`) are paced: the master CLI's answers and
-// `show servers state` during a reload are read as they come.
-const (
-	bigPiece = 8 << 10
-	pace     = 2 * time.Millisecond
-)
-
 // Read returns what HAProxy sent next (io.EOF once it closed), blocking
-// until something came, or once paced, see above.
+// until something came (a non-blocking sock: see readPaced).
 func (s *sock) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if !s.paced {
-		if err := s.timeout(unix.SO_RCVTIMEO); err != nil {
-			return 0, err
-		}
-		n, err := s.recv(p, 0)
-		s.paced = s.mayPace && n >= bigPiece
-		return n, err
+	if s.nonblock {
+		return s.readPaced(p)
 	}
-	for {
-		n, err := s.recv(p, unix.MSG_DONTWAIT)
-		if err != unix.EAGAIN {
-			return n, err
-		}
-		if time.Until(s.deadline) <= 0 {
-			return 0, errTimeout
-		}
-		time.Sleep(min(pace, time.Until(s.deadline)))
+	if err := s.timeout(unix.SO_RCVTIMEO); err != nil {
+		return 0, err
 	}
+	return s.recv(p)
 }
 
-// recv is one recvfrom with flags: io.EOF when HAProxy closed,
-// errTimeout when SO_RCVTIMEO ran out with nothing read, unix.EAGAIN for
-// MSG_DONTWAIT with nothing there.
-func (s *sock) recv(p []byte, flags int) (int, error) {
+// recv is one blocking recvfrom: io.EOF when HAProxy closed, errTimeout
+// when SO_RCVTIMEO ran out with nothing read.
+func (s *sock) recv(p []byte) (int, error) {
 	for {
 		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
-			uintptr(flags), 0, 0)
+			0, 0, 0)
 		switch {
 		case errno == unix.EINTR: // a socket with a time-out is not restarted
 			continue
-		case errno == unix.EAGAIN && flags&unix.MSG_DONTWAIT != 0:
-			return 0, unix.EAGAIN
 		case errno == unix.EAGAIN:
 			return 0, errTimeout
 		case errno != 0:
@@ -179,8 +157,14 @@ func (s *sock) abortOn(ctx context.Context) (stop func() bool) {
 func (s *sock) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		unix.Close(s.fd)
+	if s.closed {
+		return
 	}
+	s.closed = true
+	if s.nonblock {
+		// Closing a socket without SO_LINGER does not block.
+		unix.RawSyscall(unix.SYS_CLOSE, uintptr(s.fd), 0, 0)
+		return
+	}
+	unix.Close(s.fd)
 }
