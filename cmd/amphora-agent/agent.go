@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,12 +86,28 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	for _, w := range warnings {
 		log.Warn("configuration", zap.String("problem", w))
 	}
+	log.Info("scheduler", zap.Int("gomaxprocs", setProcs(os.Getenv("GOMAXPROCS"))))
 
 	if err := serve(files, cfg, log, level); err != nil {
 		log.Error("agent stopped", zap.Error(err))
 		return 1
 	}
 	return 0
+}
+
+// setProcs runs the agent's goroutines on one OS thread at a time unless
+// the GOMAXPROCS environment variable says otherwise, and returns the
+// setting. The agent waits on HAProxy, keepalived, the kernel and the
+// controller; with more than one P, every wake-up from idle (each paced
+// round of the heartbeat's stats read, each request) also wakes a second
+// thread to look for work, which costs more CPU than the work on a VM.
+// Octavia's default amphora flavor has one vCPU, so this is the setting
+// there anyway; larger flavors leave the other CPUs to HAProxy.
+func setProcs(env string) int {
+	if env == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // loadConfig reads and loads the --config-file list, the default file

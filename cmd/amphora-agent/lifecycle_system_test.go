@@ -60,3 +60,16 @@ func TestHAProxyLifecycleOutlivesTheRequest(t *testing.T) {
 	}
 	testenv.WaitFor(t, 5*time.Second, "one master", func() bool { return haproxytest.Masters(sock) == 1 })
 }
+
+// The agent runs on one P unless GOMAXPROCS says otherwise.
+func TestAgentSchedulerProcs(t *testing.T) {
+	for env, want := range map[string]string{"": `"gomaxprocs": 1}`, "GOMAXPROCS=2": `"gomaxprocs": 2}`} {
+		e := testenv.New(t)
+		if env != "" {
+			e.Env = append(e.Env, env)
+		}
+		e.Start()
+		testenv.WaitFor(t, 10*time.Second, "the scheduler line", func() bool { return e.Count("scheduler", want) == 1 })
+		e.Stop()
+	}
+}
