@@ -78,6 +78,13 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amphora-agent: %v\n", err)
 		return 1
 	}
+	// Signals are caught from here on and wait in the channel until the
+	// agent can act on them: the first heartbeat and the API come before
+	// the signal loop, and a SIGHUP sent by someone who saw either must
+	// reload the configuration, not end the agent (its default action).
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 
 	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
 	log, closeLog := logging.New(level, logging.Options{UseSyslog: cfg.UseSyslog, Facility: cfg.SyslogFacility})
@@ -88,7 +95,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("scheduler", zap.Int("gomaxprocs", setProcs(os.Getenv("GOMAXPROCS"))))
 
-	if err := serve(files, cfg, log, level); err != nil {
+	if err := serve(files, cfg, log, level, sigs); err != nil {
 		log.Error("agent stopped", zap.Error(err))
 		return 1
 	}
@@ -127,7 +134,7 @@ func loadConfig(files configFiles) (configFiles, *config.Config, []string, error
 	return files, cfg, warnings, nil
 }
 
-func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel) error {
+func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel, sigs <-chan os.Signal) error {
 	// Under systemd the daemons' output goes to the journal too, where
 	// operators look (README: Status and logs).
 	var sink journalfwd.Sink
@@ -283,9 +290,6 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		return nil
 	})
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-errc:

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,5 +72,36 @@ func TestAgentSchedulerProcs(t *testing.T) {
 		e.Start()
 		testenv.WaitFor(t, 10*time.Second, "the scheduler line", func() bool { return e.Count("scheduler", want) == 1 })
 		e.Stop()
+	}
+}
+
+// A SIGHUP in the first milliseconds, before the API or the first
+// heartbeat, reloads the configuration: the agent catches signals from the
+// moment it has read its files (it logs the scheduler line just after).
+// Without that, SIGHUP's default action ends the agent.
+func TestAgentSIGHUPDuringStartUp(t *testing.T) {
+	e := testenv.New(t)
+	e.Spawn()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Count("scheduler") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduler line:\n%s", e.Output())
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	if err := e.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the configuration reloaded", func() bool {
+		select {
+		case <-e.Exited():
+			t.Fatalf("the agent ended on a SIGHUP during start-up:\n%s", e.Output())
+		default:
+		}
+		return e.Count("configuration applied") == 1
+	})
+	e.WaitServing()
+	if status, _, body := e.Do("GET", "/1.0/info", nil); status != 200 {
+		t.Fatalf("GET /1.0/info after the SIGHUP: %d %s", status, body)
 	}
 }

@@ -208,6 +208,14 @@ loadbalancer_topology = SINGLE
 // until it accepts a mutual-TLS connection. The process is stopped in
 // t.Cleanup.
 func (e *Env) Start() {
+	e.t.Helper()
+	e.Spawn()
+	e.WaitServing()
+}
+
+// Spawn writes the config (unless the file exists) and starts the agent
+// without waiting for it. The process is stopped in t.Cleanup.
+func (e *Env) Spawn() {
 	t := e.t
 	t.Helper()
 	if _, err := os.Stat(e.ConfigPath); os.IsNotExist(err) {
@@ -227,6 +235,13 @@ func (e *Env) Start() {
 	e.done = make(chan struct{})
 	go func() { e.cmd.Wait(); close(e.done) }()
 	t.Cleanup(e.Stop)
+}
+
+// WaitServing waits until the agent started by Spawn completes a TLS
+// handshake on its API port; it fails the test if the agent exits first.
+func (e *Env) WaitServing() {
+	t := e.t
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", e.Addr(), e.ClientTLS())
