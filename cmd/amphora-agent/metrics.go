@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -51,23 +52,18 @@ type metricsServer struct {
 	// the endpoint is open (tests).
 	watched func(open bool)
 
-	client      *http.Client
+	// dial opens a connection to the exporter.
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	translators sync.Pool
 }
 
 func newMetricsServer(namespace, listen, exporter string, log *zap.Logger) *metricsServer {
 	m := &metricsServer{namespace: namespace, listen: listen, exporter: exporter, log: log,
 		utilization: sysinfo.Reader{}.Utilization}
-	m.client = &http.Client{Transport: &http.Transport{
-		// HAProxy's exporter listens on the namespace's loopback.
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return netns.Dial(ctx, m.namespace, network, addr)
-		},
-		// One fetch per scrape, as upstream; nothing kept across a
-		// namespace that may be recreated.
-		DisableKeepAlives:  true,
-		DisableCompression: true,
-	}}
+	// HAProxy's exporter listens on the namespace's loopback.
+	m.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return netns.Dial(ctx, m.namespace, network, addr)
+	}
 	m.translators.New = func() any { return new(promex.Translator) }
 	return m
 }
@@ -191,21 +187,61 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fetch opens HAProxy's page; anything but a 200 is an error.
+// fetch opens HAProxy's page; anything but a 200 is an error. It is one
+// HTTP/1.1 GET on a fresh connection, closed with the body, as upstream
+// fetches it (nothing is kept across a namespace that may be recreated).
+// net/http's client is not used: its transport (proxies, HTTP/2, pools,
+// cookies) would add about half a megabyte to the agent's resident size
+// for a request to a fixed loopback address.
 func (m *metricsServer) fetch(ctx context.Context) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.exporter+"/metrics", nil)
+	conn, err := m.dial(ctx, "tcp", m.exporter)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := m.client.Do(req)
+	// The context bounds the whole exchange, body included.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	body, err := exporterGet(conn, m.exporter)
 	if err != nil {
+		stop()
+		conn.Close()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
 		return nil, err
+	}
+	body.Body = &connBody{ReadCloser: body.Body, conn: conn, stop: stop}
+	return body, nil
+}
+
+// exporterGet sends GET /metrics on conn and reads the answer's head; the
+// body is read from conn as the caller reads it.
+func exporterGet(conn net.Conn, host string) (*http.Response, error) {
+	req := "GET /metrics HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: amphora-agent\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 32<<10), &http.Request{Method: http.MethodGet})
+	if err != nil {
+		return nil, fmt.Errorf("reading the exporter's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 		return nil, fmt.Errorf("exporter answered %s", resp.Status)
 	}
 	return resp, nil
+}
+
+// connBody closes the connection with the body.
+type connBody struct {
+	io.ReadCloser
+	conn net.Conn
+	stop func() bool
+}
+
+func (b *connBody) Close() error {
+	b.stop()
+	b.ReadCloser.Close()
+	return b.conn.Close()
 }
 
 // lvsSeries gives each scrape the UDP and SCTP listeners' series: the

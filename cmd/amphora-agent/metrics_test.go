@@ -27,7 +27,7 @@ import (
 func testMetricsServer(t *testing.T, exporter string) *metricsServer {
 	t.Helper()
 	m := newMetricsServer("unused", "127.0.0.1:0", exporter, zap.NewNop())
-	m.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	m.dial = new(net.Dialer).DialContext
 	m.utilization = func() (float64, float64, error) { return 50, 23.5, nil }
 	return m
 }
@@ -348,5 +348,51 @@ func TestLVSSeriesWithoutListeners(t *testing.T) {
 	extra := lvsSeries(keepalived.LVSLayout{Base: t.TempDir()}, r, zap.NewNop())
 	if got := extra(context.Background()); got != nil || r.reads != 0 {
 		t.Fatalf("sources %v, %d reads", got, r.reads)
+	}
+}
+
+// A scraper that gives up ends the agent's request to a stalled exporter:
+// its connection is closed, not left open for metricsFetchTimeout.
+func TestMetricsStalledExporterFollowsScraper(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan error, 1)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			closed <- err
+			return
+		}
+		accepted <- c
+		defer c.Close()
+		// Read the request, answer nothing, and wait for the agent to hang up.
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				closed <- err
+				return
+			}
+		}
+	}()
+	srv := httptest.NewServer(testMetricsServer(t, ln.Addr().String()))
+	defer srv.Close()
+	client := &http.Client{Timeout: 200 * time.Millisecond}
+	if resp, err := client.Get(srv.URL + "/metrics"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a stalled exporter answered %d", resp.StatusCode)
+	}
+	select {
+	case err := <-closed:
+		if err != io.EOF {
+			t.Fatalf("exporter connection: %v, want EOF", err)
+		}
+	case <-time.After(5 * time.Second):
+		// Unblock the handler so that the servers can close.
+		(<-accepted).Close()
+		t.Fatal("the agent kept its request to the exporter open after the scraper left")
 	}
 }
