@@ -27,6 +27,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
+	"github.com/amphora-agent/amphora-agent/agent/memtrim"
 	"github.com/amphora-agent/amphora-agent/certs"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
@@ -182,6 +183,12 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		bg.start("late ports", func() error { a.WatchLatePorts(ctx, agent.LatePortsFor); return nil })
 	}
 	a.Start(ctx)
+	// Freed heap goes back to the kernel after each burst of requests
+	// and the restore, and once a minute when enough built up.
+	trim := memtrim.New(memtrim.Options{Trimmed: func(n uint64) {
+		log.Debug("returned freed memory", zap.Uint64("reclaimable_bytes", n))
+	}})
+	bg.start("memory trim", func() error { trim.Run(ctx); return nil })
 	// Load balancers come back in the background so the API answers at
 	// once; controller mutations wait for the restore's lock.
 	restored := make(chan error, 1)
@@ -203,6 +210,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		if vrrpErr != nil {
 			log.Error("restoring keepalived", zap.Error(vrrpErr))
 		}
+		trim.Touch()
 		restored <- errors.Join(netErr, lbErr, lvsErr, vrrpErr)
 		return errors.Join(lbErr, lvsErr, vrrpErr)
 	})
@@ -233,7 +241,10 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		Budget:      min(api.DefaultBudget, cfg.RequestReadTimeout),
 	})
 	srv := &http.Server{
-		Handler:           handler,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			handler.ServeHTTP(w, r)
+			trim.Touch()
+		}),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,

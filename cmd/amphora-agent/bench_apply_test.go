@@ -568,7 +568,7 @@ func benchRestore(t *testing.T, tb *benchTable, notes *[]string) {
 	}
 	*notes = append(*notes, "restore: the LBs are created through the API, then the agent, every HAProxy and the namespace are",
 		"  removed (a reboot); timed from exec of the agent to the first 200 on GET / with every LB's stats socket answering;",
-		"  memory of the agent process alone (not HAProxy) 2 s later.")
+		"  memory of the agent process alone (not HAProxy) "+idleSettle.String()+" later.")
 }
 
 func restoreOnce(t *testing.T, bin string, n int) (time.Duration, int64, int64, error) {
@@ -619,7 +619,7 @@ func restoreOnce(t *testing.T, bin string, n int) (time.Duration, int64, int64, 
 		time.Sleep(2 * time.Millisecond)
 	}
 	ready := time.Since(p.started)
-	time.Sleep(2 * time.Second)
+	time.Sleep(idleSettle)
 	rss, pss := memKB([]int{p.pid()})
 	return ready, rss, pss, nil
 }

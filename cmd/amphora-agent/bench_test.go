@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/memtrim"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
@@ -42,6 +43,10 @@ const (
 	pythonStartRuns = 3
 	// Requests an agent serves before its idle RSS is read.
 	idleRequests = 10
+	// idleSettle is how long after its last request an agent counts as
+	// idle: the agent hands freed heap back once quiet for
+	// memtrim.DefaultQuiet, and one more second lets that finish.
+	idleSettle = memtrim.DefaultQuiet + time.Second
 )
 
 func TestBench(t *testing.T) {
@@ -71,7 +76,7 @@ func TestBench(t *testing.T) {
 	tb.row("GET /1.0/details, kept-alive mTLS (median)", fmtDur(goAgent.details),
 		pyAgent.cell(func(a agentFigures) string { return fmtDur(a.details) }),
 		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.details) / float64(goAgent.details) }))
-	tb.row(fmt.Sprintf("idle RSS after %d requests (VmRSS, procs)", 2*idleRequests),
+	tb.row(fmt.Sprintf("idle RSS %v after %d requests (VmRSS, procs)", idleSettle, 2*idleRequests),
 		goAgent.rssCell(), pyAgent.cell(agentFigures.rssCell),
 		pyAgent.ratio(func(a agentFigures) float64 { return float64(a.rss) / float64(goAgent.rss) }))
 	tb.row("  same, PSS (pages shared by forks split)",
@@ -449,7 +454,7 @@ func benchAgent(t *testing.T, runs int, argv func(*testenv.Env) (args, env []str
 					}
 				}
 			}
-			time.Sleep(time.Second)
+			time.Sleep(idleSettle)
 			pids := groupPids(p.pid())
 			fig.procs = len(pids)
 			fig.rss, fig.pss = memKB(pids)
