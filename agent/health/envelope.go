@@ -51,9 +51,14 @@ const ZlibLevel = 1
 // Any inflater reads the result as one stream of the same document; the
 // second run only loses back-references into the first (a few listener
 // ids), which costs well under 1% of the size.
+//
+// A level-1 writer keeps about 600 KiB of tables between heartbeats. Only
+// a pools part of at least statelessMax bytes is compressed with one (kept
+// while parts stay that big); the head, a few listeners, and the small
+// messages of an amphora with few members are compressed without kept
+// state, so an idle agent does not hold a megabyte for 100-byte messages.
 type Encoder struct {
-	head *flate.Writer // compresses the document up to the pools
-	rest *flate.Writer // compresses the pools part when it changed
+	rest *flate.Writer // compresses a big pools part when it changed
 	buf  bytes.Buffer
 	doc  []byte
 	sc   jsonScratch
@@ -100,27 +105,14 @@ func (e *Encoder) wrap(head, rest []byte, key string) ([]byte, error) {
 	}
 	e.buf.Reset()
 	e.buf.Write(zlibHeader[:])
-	if e.head == nil {
-		w, err := flate.NewWriter(&e.buf, ZlibLevel)
-		if err != nil {
-			return nil, err
-		}
-		e.head = w
-	} else {
-		e.head.Reset(&e.buf)
-	}
-	if _, err := e.head.Write(head); err != nil {
+	// Without a rest the head ends the stream; with one, the head's run
+	// ends on a byte boundary (an empty stored block) and the rest's
+	// compressed bytes follow.
+	if err := flate.StatelessDeflate(&e.buf, head, len(rest) == 0, nil); err != nil {
 		return nil, err
 	}
 	sum := adler32.Checksum(head)
-	if len(rest) == 0 {
-		if err := e.head.Close(); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := e.head.Flush(); err != nil {
-			return nil, err
-		}
+	if len(rest) > 0 {
 		e.buf.Write(e.restZ.Bytes())
 		sum = adler32Combine(sum, e.restAdler, len(rest))
 	}
@@ -138,24 +130,36 @@ func (e *Encoder) wrap(head, rest []byte, key string) ([]byte, error) {
 	return out, nil
 }
 
+// statelessMax is the size from which a pools part is compressed with a
+// kept level-1 writer: below it the stateless compressor is as good (one
+// block of its 32 KiB window) and keeps nothing.
+const statelessMax = 32 << 10
+
 // compressRest compresses rest as the final deflate run and keeps it.
 func (e *Encoder) compressRest(rest []byte) error {
 	e.restOK = false
 	e.restZ.Reset()
-	if e.rest == nil {
-		w, err := flate.NewWriter(&e.restZ, ZlibLevel)
-		if err != nil {
+	if len(rest) < statelessMax {
+		e.rest = nil
+		if err := flate.StatelessDeflate(&e.restZ, rest, true, nil); err != nil {
 			return err
 		}
-		e.rest = w
 	} else {
-		e.rest.Reset(&e.restZ)
-	}
-	if _, err := e.rest.Write(rest); err != nil {
-		return err
-	}
-	if err := e.rest.Close(); err != nil {
-		return err
+		if e.rest == nil {
+			w, err := flate.NewWriter(&e.restZ, ZlibLevel)
+			if err != nil {
+				return err
+			}
+			e.rest = w
+		} else {
+			e.rest.Reset(&e.restZ)
+		}
+		if _, err := e.rest.Write(rest); err != nil {
+			return err
+		}
+		if err := e.rest.Close(); err != nil {
+			return err
+		}
 	}
 	e.restDoc = append(e.restDoc[:0], rest...)
 	e.restAdler = adler32.Checksum(rest)
