@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"hash/adler32"
 	"io"
 	"os"
@@ -222,15 +223,7 @@ func TestEncodeReusesUnchangedPools(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		payload := d[:len(d)-hexTagLen]
-		zr, err := zlib.NewReader(bytes.NewReader(payload))
-		if err != nil {
-			t.Fatal(err)
-		}
-		plain, err := io.ReadAll(zr) // checks the Adler-32 at the end
-		if err != nil {
-			t.Fatalf("inflate: %v", err)
-		}
+		plain := inflateDatagram(t, d)
 		want, _ := json.Marshal(msg)
 		if !bytes.Equal(plain, want) {
 			t.Fatalf("datagram inflates to\n%s\nwant\n%s", plain, want)
@@ -267,6 +260,47 @@ func TestAdler32Combine(t *testing.T) {
 		a, b := data[:cut], data[cut:]
 		if got, want := adler32Combine(adler32.Checksum(a), adler32.Checksum(b), len(b)), adler32.Checksum(data); got != want {
 			t.Errorf("cut %d: %08x, want %08x", cut, got, want)
+		}
+	}
+}
+
+// inflateDatagram is the JSON document inside a datagram.
+func inflateDatagram(t *testing.T, d []byte) []byte {
+	t.Helper()
+	zr, err := zlib.NewReader(bytes.NewReader(d[:len(d)-hexTagLen]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := io.ReadAll(zr) // checks the Adler-32 at the end
+	if err != nil {
+		t.Fatalf("inflate: %v", err)
+	}
+	return plain
+}
+
+// Pools parts on either side of statelessMax, in turn, through one
+// Encoder: each datagram inflates to its message, and a level-1 writer is
+// kept only while the part is big.
+func TestEncodeSmallAndBigPools(t *testing.T) {
+	var e Encoder
+	for _, n := range []int{3, 2000, 5, 1500, 0} {
+		members := map[string]string{}
+		for i := range n {
+			members[fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761%(1<<32), i)] = "UP"
+		}
+		msg := Message{ID: "amp", Seq: uint64(n), Ver: Version,
+			Listeners: map[string]Listener{"l1": {Status: "OPEN"}},
+			Pools:     map[string]Pool{"p1:l1": {Status: "UP", Members: members}}}
+		d, err := e.Encode(msg, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(msg)
+		if got := inflateDatagram(t, d); !bytes.Equal(got, want) {
+			t.Fatalf("%d members: datagram inflates to %d bytes unlike the message's %d", n, len(got), len(want))
+		}
+		if big := len(want) > statelessMax+100; (e.rest != nil) != big {
+			t.Fatalf("%d members (%d bytes): kept writer %v", n, len(want), e.rest != nil)
 		}
 	}
 }
