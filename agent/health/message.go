@@ -7,6 +7,7 @@ package health
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -143,44 +144,40 @@ func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
 	if len(rows) == 0 {
 		return r, nil
 	}
-	// Every row of one answer shares its header: find the columns once and
-	// split each row once, up to the last column needed.
-	var col [nCols]int
-	last := 0
-	for i, name := range colNames {
-		col[i] = rows[0].Column(name)
-		last = max(last, col[i])
-	}
+	// Every row of one answer shares its header: find the columns once.
+	// A row is cut only at what every row needs (row); a FRONTEND row
+	// also at the listener's counters (front).
+	var row, front picker
+	row.init(rows[0], cPx, cSv, cStatus, cWeight)
+	front.init(rows[0], cBin, cBout, cScur, cStot, cEreq)
 	pools := map[string]int{} // backend name → index in r.Pools
 	hasBackendRow := map[string]bool{}
-	var buf [32]string
 	lastPool := -1
+	lastPx, skip := "", false
 	// Pools' members are cut from one array (no row is two members) in the
 	// order pools appear: the last pool cut grows into the rest of it, and
 	// its capacity is capped once another pool's rows come, so that a
 	// backend whose rows come apart copies only its own members.
 	all := make([]MemberReading, 0, len(rows))
 	tail := -1 // the pool growing into all
-	for _, row := range rows {
-		f := row.Fields(buf[:0], last+1)
-		get := func(c int) string {
-			if i := col[c]; i >= 0 && i < len(f) {
-				return f[i]
-			}
-			return ""
+	for _, rw := range rows {
+		row.read(rw)
+		px := row.get(cPx)
+		if px != lastPx { // a proxy's rows come together
+			lastPx, skip = px, excluded(px)
 		}
-		px := get(cPx)
-		if excluded(px) {
+		if skip {
 			continue
 		}
-		switch sv := get(cSv); sv {
+		switch sv := row.get(cSv); sv {
 		case stats.Frontend:
-			l := ListenerReading{ID: keep(px), Status: keep(get(cStatus))}
+			l := ListenerReading{ID: keep(px), Status: keep(row.get(cStatus))}
+			front.read(rw)
 			for _, c := range [...]struct {
 				col int
 				dst *uint64
 			}{{cBin, &l.Bin}, {cBout, &l.Bout}, {cScur, &l.Scur}, {cStot, &l.Stot}, {cEreq, &l.Ereq}} {
-				v := get(c.col)
+				v := front.get(c.col)
 				n, err := strconv.ParseUint(v, 10, 64)
 				if err != nil {
 					return Reading{}, fmt.Errorf("%s %s: column %s = %q is not a counter", px, sv, colNames[c.col], v)
@@ -205,12 +202,12 @@ func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
 				lastPool = i
 			}
 			if sv == stats.Backend {
-				r.Pools[i].Status = keep(get(cStatus))
+				r.Pools[i].Status = keep(row.get(cStatus))
 				hasBackendRow[px] = true
 				continue
 			}
-			status := get(cStatus)
-			if status == StatusUp && get(cWeight) == "0" {
+			status := row.get(cStatus)
+			if status == StatusUp && row.get(cWeight) == "0" {
 				status = StatusDrain
 			}
 			r.Pools[i].Members = append(r.Pools[i].Members, MemberReading{ID: keep(sv), Status: keep(status)})
@@ -229,6 +226,46 @@ func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
 	}
 	r.Pools = kept
 	return r, nil
+}
+
+// picker cuts some columns out of rows sharing one header.
+type picker struct {
+	at   [nCols]int // the columns' indices in the row, ascending: at[:n]
+	n    int
+	slot [nCols]int // for each column of colNames, its place in at, or -1
+	vals [nCols]string
+}
+
+// init makes p cut the columns cs (positions in colNames) out of rows
+// with the header of first; a column the header lacks reads as "".
+func (p *picker) init(first stats.Row, cs ...int) {
+	for i := range p.slot {
+		p.slot[i] = -1
+	}
+	p.n = 0
+	for _, c := range cs {
+		if i := first.Column(colNames[c]); i >= 0 {
+			p.at[p.n] = i
+			p.n++
+		}
+	}
+	at := p.at[:p.n]
+	slices.Sort(at)
+	for _, c := range cs {
+		if i := first.Column(colNames[c]); i >= 0 {
+			p.slot[c], _ = slices.BinarySearch(at, i)
+		}
+	}
+}
+
+func (p *picker) read(r stats.Row) { r.FieldsAt(p.vals[:], p.at[:p.n]) }
+
+// get returns column c (a position in colNames) of the row read last.
+func (p *picker) get(c int) string {
+	if k := p.slot[c]; k >= 0 {
+		return p.vals[k]
+	}
+	return ""
 }
 
 // The columns FromRows reads, by position in colNames.

@@ -212,6 +212,13 @@ func TestParseStatMatchesCSVReader(t *testing.T) {
 					t.Fatalf("round %d row %d: At(%d) = %q, want %q\n%q", round, i, c, g, w, data)
 				}
 			}
+			var at []int
+			for c := range cols + 2 {
+				if rng.IntN(3) == 0 {
+					at = append(at, c)
+				}
+			}
+			checkFieldsAt(t, rows[i], rec, at)
 		}
 	}
 }
@@ -239,11 +246,36 @@ func TestFieldsFirstN(t *testing.T) {
 			}
 			continue
 		}
+		for i := range len(all) + 2 {
+			checkFieldsAt(t, rows[0], all, []int{i})
+			for j := i + 1; j < len(all)+2; j++ {
+				checkFieldsAt(t, rows[0], all, []int{i, j})
+				checkFieldsAt(t, rows[0], all, []int{0, i, j})
+			}
+		}
 		for n := 0; n <= len(all)+1; n++ {
 			want := all[:min(n, len(all))]
 			if got := rows[0].Fields([]string{"kept"}, n); !slices.Equal(got, append([]string{"kept"}, want...)) {
 				t.Errorf("%q: Fields(%d) = %q, want %q", line, n, got[1:], want)
 			}
 		}
+	}
+}
+
+// checkFieldsAt checks FieldsAt(at) against the row's fields rec.
+func checkFieldsAt(t *testing.T, row Row, rec []string, at []int) {
+	t.Helper()
+	at = slices.Compact(at)
+	want := make([]string, len(at))
+	for k, i := range at {
+		if i < len(rec) {
+			want[k] = rec[i]
+		}
+	}
+	got := []string{"stale", "stale", "stale"}
+	got = slices.Grow(got, len(at))
+	row.FieldsAt(got, at)
+	if got = got[:len(at)]; !slices.Equal(got, want) {
+		t.Fatalf("%q: FieldsAt(%v) = %q, want %q", row.line, at, got, want)
 	}
 }
