@@ -134,31 +134,47 @@ func excluded(pxname string) bool { return strings.Contains(pxname, "prometheus"
 // is skipped and named in Skipped. A FRONTEND row with an unparsable
 // counter fails the whole reading: guessing would corrupt the deltas.
 func FromRows(rows []stats.Row) (Reading, error) {
-	return fromRows(rows, func(s string) string { return s })
+	return fromRows(rows, func(s string) string { return s }, &rowScratch{})
+}
+
+// rowScratch is what fromRows may reuse from one reading to the next.
+// The members of the reading it returns lie in sc.members: the caller
+// must detach them (settle) before the next call.
+type rowScratch struct {
+	members       []MemberReading
+	pools         map[string]int // backend name → index in r.Pools
+	hasBackendRow map[string]bool
 }
 
 // fromRows is FromRows passing every string the reading keeps through
-// keep (see names).
-func fromRows(rows []stats.Row, keep func(string) string) (Reading, error) {
+// keep (see names), and cutting members out of sc.
+func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Reading, error) {
 	var r Reading
 	if len(rows) == 0 {
 		return r, nil
 	}
+	if sc.pools == nil {
+		sc.pools, sc.hasBackendRow = map[string]int{}, map[string]bool{}
+	}
+	clear(sc.pools)
+	clear(sc.hasBackendRow)
+	pools, hasBackendRow := sc.pools, sc.hasBackendRow
 	// Every row of one answer shares its header: find the columns once.
 	// A row is cut only at what every row needs (row); a FRONTEND row
 	// also at the listener's counters (front).
 	var row, front picker
 	row.init(rows[0], cPx, cSv, cStatus, cWeight)
 	front.init(rows[0], cBin, cBout, cScur, cStot, cEreq)
-	pools := map[string]int{} // backend name → index in r.Pools
-	hasBackendRow := map[string]bool{}
 	lastPool := -1
 	lastPx, skip := "", false
 	// Pools' members are cut from one array (no row is two members) in the
 	// order pools appear: the last pool cut grows into the rest of it, and
 	// its capacity is capped once another pool's rows come, so that a
 	// backend whose rows come apart copies only its own members.
-	all := make([]MemberReading, 0, len(rows))
+	if cap(sc.members) < len(rows) {
+		sc.members = make([]MemberReading, 0, len(rows))
+	}
+	all := sc.members[:0]
 	tail := -1 // the pool growing into all
 	for _, rw := range rows {
 		row.read(rw)
@@ -393,29 +409,53 @@ func (b *Builder) Build(amphoraID string, readings ...Reading) Message {
 }
 
 // samePools reports whether readings have exactly the pools of last, in
-// the same order. Names kept from one reading to the next are the same
-// strings, so most comparisons stop at the pointer.
+// the same order.
 func samePools(last [][]PoolReading, readings []Reading) bool {
 	if len(last) != len(readings) {
 		return false
 	}
 	for i, r := range readings {
-		if len(r.Pools) != len(last[i]) {
+		if !equalPools(r.Pools, last[i]) {
 			return false
-		}
-		for j, p := range r.Pools {
-			q := last[i][j]
-			if p.Key != q.Key || p.Status != q.Status || len(p.Members) != len(q.Members) {
-				return false
-			}
-			for k, m := range p.Members {
-				if m != q.Members[k] {
-					return false
-				}
-			}
 		}
 	}
 	return true
+}
+
+// equalPools reports whether a and b hold the same pools and members in
+// the same order. Names kept from one reading to the next are the same
+// strings, so most comparisons stop at the pointer.
+func equalPools(a, b []PoolReading) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for j, p := range a {
+		q := b[j]
+		if p.Key != q.Key || p.Status != q.Status || !slices.Equal(p.Members, q.Members) {
+			return false
+		}
+	}
+	return true
+}
+
+// settle detaches the pools of a reading fromRows made from its scratch:
+// if they equal prev (the LB's last reading; its pools are never changed)
+// the reading shares prev's, so that a steady LB allocates nothing for
+// its members; otherwise they are copied into one new array.
+func settle(pools, prev []PoolReading) []PoolReading {
+	if prev != nil && equalPools(pools, prev) {
+		return prev
+	}
+	n := 0
+	for _, p := range pools {
+		n += len(p.Members)
+	}
+	all := make([]MemberReading, 0, n)
+	for i, p := range pools {
+		all = append(all, p.Members...)
+		pools[i].Members = all[len(all)-len(p.Members) : len(all) : len(all)]
+	}
+	return pools
 }
 
 func countReadings(lbs int, readings []Reading) counts {

@@ -233,6 +233,8 @@ func TestReusingBuilderBuildsTheSame(t *testing.T) {
 	reused, fresh := reusing(nil), NewBuilder(nil)
 	var enc Encoder
 	var names names
+	var sc rowScratch
+	var prev []PoolReading
 	kept := 0
 	for i, csv := range csvs {
 		rows, err := stats.ParseStat([]byte("# pxname,svname,status,weight\n" + csv))
@@ -240,11 +242,13 @@ func TestReusingBuilderBuildsTheSame(t *testing.T) {
 			t.Fatal(err)
 		}
 		names.start()
-		r, err := fromRows(rows, names.keep)
+		r, err := fromRows(rows, names.keep, &sc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		names.trim()
+		r.Pools = settle(r.Pools, prev)
+		prev = r.Pools
 		msg := reused.Build(sampleAmphora, r)
 		if msg.poolsAsBefore {
 			kept++
@@ -267,5 +271,47 @@ func TestReusingBuilderBuildsTheSame(t *testing.T) {
 	}
 	if len(reused.members) != 2 { // those of a
 		t.Errorf("maps of pools no longer reported are kept: %v", reused.members)
+	}
+}
+
+// Readings made one after another from one scratch, as the sender makes
+// them, never change afterwards: each equals a fresh parse of its answer
+// however later answers differ. A reading equal to the one before shares
+// its pools.
+func TestSettledReadingsNeverChange(t *testing.T) {
+	a := "p1:l1,m1,UP,1\np1:l1,m2,UP,1\np1:l1,BACKEND,UP,1\np2:l2,m3,UP,1\np2:l2,BACKEND,UP,1\n"
+	b := "p1:l1,m1,DOWN,1\np1:l1,m2,UP,1\np1:l1,BACKEND,UP,1\np2:l2,m3,UP,0\np2:l2,BACKEND,UP,1\n"
+	c := "p2:l2,m4,UP,1\np1:l1,m1,UP,1\np2:l2,m3,UP,1\np1:l1,BACKEND,UP,1\np2:l2,BACKEND,DOWN,1\n"
+	csvs := []string{a, a, b, b, a, c, c, "", a}
+	var names names
+	var sc rowScratch
+	var prev []PoolReading
+	var got []Reading
+	for i, csv := range csvs {
+		rows, err := stats.ParseStat([]byte("# pxname,svname,status,weight\n" + csv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names.start()
+		r, err := fromRows(rows, names.keep, &sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names.trim()
+		r.Pools = settle(r.Pools, prev)
+		if shared := len(prev) > 0 && len(r.Pools) > 0 && &r.Pools[0] == &prev[0]; shared != (i > 0 && csv == csvs[i-1]) {
+			t.Errorf("reading %d shares the pools of the one before: %v", i, shared)
+		}
+		prev = r.Pools
+		got = append(got, r)
+	}
+	for i, csv := range csvs {
+		want, err := FromRows(rowsOf(t, csv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got[i].Pools, want.Pools) {
+			t.Errorf("reading %d is now\n%+v\nwant\n%+v", i, got[i].Pools, want.Pools)
+		}
 	}
 }

@@ -159,8 +159,15 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 		if err == nil {
 			var r Reading
 			sc.names.start()
-			if r, err = fromRows(rows, sc.names.keep); err == nil {
+			if r, err = fromRows(rows, sc.names.keep, &sc.rows); err == nil {
 				sc.names.trim()
+				s.cacheMu.Lock()
+				var prev []PoolReading
+				if c := s.cache[lb]; c != nil {
+					prev = c.reading.Pools
+				}
+				s.cacheMu.Unlock()
+				r.Pools = settle(r.Pools, prev)
 				if len(r.Skipped) == 0 {
 					s.limit.reset("skipped:" + lb)
 				} else if ok, n := s.limit.allow("skipped:"+lb, time.Now()); ok {
@@ -273,10 +280,11 @@ func (s *Sender) pruneCache(lbs []string) {
 
 // readScratch is what one LB's reads reuse from cycle to cycle: the
 // answer buffer and its rows (growing new ones each cycle was most of the
-// heartbeat's allocation and GC work) and the names that readings keep.
-// Only the one reader of the LB uses it (startRead).
+// heartbeat's allocation and GC work), the members' array and the names
+// that readings keep. Only the one reader of the LB uses it (startRead).
 type readScratch struct {
 	stat  StatScratch
+	rows  rowScratch
 	names names
 }
 
