@@ -232,23 +232,10 @@ func TestReusingBuilderBuildsTheSame(t *testing.T) {
 	csvs := []string{a, a, b, b, "", "", c, a}
 	reused, fresh := reusing(nil), NewBuilder(nil)
 	var enc Encoder
-	var names names
-	var sc rowScratch
-	var prev []PoolReading
+	var seq readingsInTurn
 	kept := 0
 	for i, csv := range csvs {
-		rows, err := stats.ParseStat([]byte("# pxname,svname,status,weight\n" + csv))
-		if err != nil {
-			t.Fatal(err)
-		}
-		names.start()
-		r, err := fromRows(rows, names.keep, &sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names.trim()
-		r.Pools = settle(r.Pools, prev)
-		prev = r.Pools
+		r := seq.read(t, csv)
 		msg := reused.Build(sampleAmphora, r)
 		if msg.poolsAsBefore {
 			kept++
@@ -283,26 +270,14 @@ func TestSettledReadingsNeverChange(t *testing.T) {
 	b := "p1:l1,m1,DOWN,1\np1:l1,m2,UP,1\np1:l1,BACKEND,UP,1\np2:l2,m3,UP,0\np2:l2,BACKEND,UP,1\n"
 	c := "p2:l2,m4,UP,1\np1:l1,m1,UP,1\np2:l2,m3,UP,1\np1:l1,BACKEND,UP,1\np2:l2,BACKEND,DOWN,1\n"
 	csvs := []string{a, a, b, b, a, c, c, "", a}
-	var names names
-	var sc rowScratch
-	var prev []PoolReading
+	var seq readingsInTurn
 	var got []Reading
 	for i, csv := range csvs {
-		rows, err := stats.ParseStat([]byte("# pxname,svname,status,weight\n" + csv))
-		if err != nil {
-			t.Fatal(err)
-		}
-		names.start()
-		r, err := fromRows(rows, names.keep, &sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names.trim()
-		r.Pools = settle(r.Pools, prev)
+		prev := seq.prev
+		r := seq.read(t, csv)
 		if shared := len(prev) > 0 && len(r.Pools) > 0 && &r.Pools[0] == &prev[0]; shared != (i > 0 && csv == csvs[i-1]) {
 			t.Errorf("reading %d shares the pools of the one before: %v", i, shared)
 		}
-		prev = r.Pools
 		got = append(got, r)
 	}
 	for i, csv := range csvs {
@@ -314,4 +289,29 @@ func TestSettledReadingsNeverChange(t *testing.T) {
 			t.Errorf("reading %d is now\n%+v\nwant\n%+v", i, got[i].Pools, want.Pools)
 		}
 	}
+}
+
+// readingsInTurn makes readings one after another as the sender does:
+// one scratch, names kept, pools settled against the last reading.
+type readingsInTurn struct {
+	names names
+	sc    rowScratch
+	prev  []PoolReading
+}
+
+func (q *readingsInTurn) read(t *testing.T, csv string) Reading {
+	t.Helper()
+	rows, err := stats.ParseStat([]byte("# pxname,svname,status,weight\n" + csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.names.start()
+	r, err := fromRows(rows, q.names.keep, &q.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.names.trim()
+	r.Pools = settle(r.Pools, q.prev)
+	q.prev = r.Pools
+	return r
 }
