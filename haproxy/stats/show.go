@@ -151,12 +151,11 @@ func (r Row) Fields(dst []string, n int) []string {
 }
 
 // FieldsAt sets dst[k] to field at[k] of the row (unquoted; "" when the
-// row is shorter) for every k; at must be ascending and dst at least as
-// long. Only the wanted
-// fields are cut out: 8 bytes whose commas all lie before the next wanted
-// field are passed over by counting them, so a server row, whose status
-// follows fifteen short counters, costs a few words instead of a string
-// per field (Fields).
+// row is shorter) for every k; at must be strictly ascending and dst at
+// least as long. Only the wanted fields are cut out: 8 bytes whose commas
+// all lie before the next wanted field are passed over by counting them,
+// so a server row, whose status follows fifteen short counters, costs a
+// few words instead of a string per field (Fields).
 func (r Row) FieldsAt(dst []string, at []int) {
 	dst = dst[:len(at)]
 	clear(dst)
