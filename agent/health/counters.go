@@ -34,6 +34,9 @@ const (
 type Counters struct {
 	m       map[string]map[string]int64
 	written []byte // what the file holds after the last successful Save
+	// changed says m differs from written (a heartbeat without traffic
+	// changes nothing, and then Save neither renders nor compares).
+	changed bool
 }
 
 // NewCounters is an empty state.
@@ -93,7 +96,11 @@ func (c *Counters) Delta(listener, metric string, current uint64) int64 {
 		lc = map[string]int64{}
 		c.m[listener] = lc
 	}
-	last := max(lc[metric], 0)
+	old, ok := lc[metric]
+	if !ok || old != cur {
+		c.changed = true
+	}
+	last := max(old, 0)
 	lc[metric] = cur
 	if d := cur - last; d >= 0 {
 		return d
@@ -151,14 +158,16 @@ func writeKey(b *bytes.Buffer, k string) {
 // an old, new or empty file alike. Two fsyncs per heartbeat under traffic
 // would cost more than the rest of the cycle.
 func (c *Counters) Save(path string) error {
-	data := c.Marshal()
-	if c.written != nil && bytes.Equal(data, c.written) {
+	if c.written != nil && !c.changed {
 		return nil
 	}
-	if err := fsutil.Write(path, data, countersMode, fsutil.Atomic); err != nil {
-		return err
+	data := c.Marshal()
+	if c.written == nil || !bytes.Equal(data, c.written) {
+		if err := fsutil.Write(path, data, countersMode, fsutil.Atomic); err != nil {
+			return err
+		}
 	}
-	c.written = data
+	c.written, c.changed = data, false
 	return nil
 }
 

@@ -140,3 +140,35 @@ func TestLoadCountersFiles(t *testing.T) {
 		t.Error("save into a missing folder succeeded")
 	}
 }
+
+// Save writes the file only when a counter moved or a listener or metric
+// was added since the last Save: a file removed behind its back comes
+// back only then.
+func TestCountersSaveOnlyChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), CountersFile)
+	c := NewCounters()
+	c.Delta("L", metricBin, 5)
+	save := func(want bool, what string) {
+		t.Helper()
+		os.Remove(path)
+		if err := c.Save(path); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Fatalf("%s: file written %v, want %v", what, err == nil, want)
+		}
+	}
+	save(true, "first save")
+	save(false, "nothing since")
+	c.Delta("L", metricBin, 5)
+	save(false, "the same value again")
+	c.Delta("L", metricBin, 6)
+	save(true, "a counter moved")
+	c.Delta("L", metricStot, 0)
+	save(true, "a new metric, at zero")
+	c.Delta("M", metricBin, 0)
+	save(true, "a new listener")
+	if got, want := string(c.Marshal()), `{"L": {"bin": 6, "stot": 0}, "M": {"bin": 0}}`; got != want {
+		t.Fatalf("state %s, want %s", got, want)
+	}
+}

@@ -42,8 +42,11 @@ type Row struct {
 	quoted bool // the line holds a '"', so fields need the careful split
 }
 
-// header is the column layout shared by every row of one answer.
+// header is the column layout shared by every row of one answer. It holds
+// no reference into the answer, so that the next answer of a reader that
+// reuses its rows can share it.
 type header struct {
+	line string // the header line as HAProxy sent it
 	cols map[string]int
 	// px, sv, status are the indices of the columns every row is asked for.
 	px, sv, status int
@@ -338,21 +341,32 @@ func parseStat(data string, rows []Row) ([]Row, error) {
 		return nil, fmt.Errorf("%w: header: %v", ErrNotCSV, err)
 	}
 	first := Row{line: s[:end], quoted: q.in(0, end)}
-	names := first.Fields(nil, math.MaxInt)
-	h := &header{cols: make(map[string]int, len(names))}
-	for i, name := range names {
-		name = strings.TrimSpace(name)
-		if _, dup := h.cols[name]; name == "" || dup {
-			continue
-		}
-		h.cols[name] = i
-	}
-	for _, need := range []string{ColPxName, ColSvName, ColStatus} {
-		if _, ok := h.cols[need]; !ok {
-			return nil, fmt.Errorf("%w: no %s column", ErrNotCSV, need)
+	var h *header
+	if cap(rows) > 0 {
+		// rows are those of the reader's last answer (ShowStatAppend),
+		// from the same HAProxy: its header is most likely this one, and
+		// sharing it saves building a map of a hundred columns each time.
+		if last := rows[:1][0].h; last != nil && last.line == first.line {
+			h = last
 		}
 	}
-	h.px, h.sv, h.status = h.cols[ColPxName], h.cols[ColSvName], h.cols[ColStatus]
+	if h == nil {
+		names := first.Fields(nil, math.MaxInt)
+		h = &header{line: strings.Clone(first.line), cols: make(map[string]int, len(names))}
+		for i, name := range names {
+			name = strings.TrimSpace(name)
+			if _, dup := h.cols[name]; name == "" || dup {
+				continue
+			}
+			h.cols[strings.Clone(name)] = i
+		}
+		for _, need := range []string{ColPxName, ColSvName, ColStatus} {
+			if _, ok := h.cols[need]; !ok {
+				return nil, fmt.Errorf("%w: no %s column", ErrNotCSV, need)
+			}
+		}
+		h.px, h.sv, h.status = h.cols[ColPxName], h.cols[ColSvName], h.cols[ColStatus]
+	}
 	if rows == nil {
 		rows = make([]Row, 0, strings.Count(s[next:], "\n"))
 	}

@@ -279,3 +279,42 @@ func checkFieldsAt(t *testing.T, row Row, rec []string, at []int) {
 		t.Fatalf("%q: FieldsAt(%v) = %q, want %q", row.line, at, got, want)
 	}
 }
+
+// A reader that reuses its rows and answer buffer (ShowStatAppend) shares
+// the header of its last answer when the new one has the same header line,
+// and the shared header still finds its columns after the buffer that
+// held it was overwritten; a new header line gets a header of its own.
+func TestParseStatSharesAnUnchangedHeader(t *testing.T) {
+	const head = "# pxname,svname,status,weight\n"
+	buf := make([]byte, 0, 256)
+	parse := func(answer string, rows []Row) []Row {
+		t.Helper()
+		buf = append(buf[:0], answer...)
+		rows, err := parseStatAnswer("sock", "show stat", buf, rows[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	rows := parse(head+"p:l,m1,UP,1\n", nil)
+	first := rows[0].h
+	// Overwrite what the first answer's header was cut from.
+	rows = parse(head+"p:l,m2,DOWN,0\nq:k,m3,MAINT,1\n", rows)
+	if rows[0].h != first || rows[1].h != first {
+		t.Fatal("the unchanged header was built again")
+	}
+	if got := []string{rows[1].PxName(), rows[1].SvName(), rows[1].Status(), rows[1].Get(ColWeight)}; !slices.Equal(got, []string{"q:k", "m3", "MAINT", "1"}) {
+		t.Fatalf("row read through the shared header: %q", got)
+	}
+	rows = parse("# svname,pxname,status,weight\np:l,m4,UP,1\n", rows)
+	if rows[0].h == first || rows[0].PxName() != "m4" || rows[0].SvName() != "p:l" {
+		t.Fatalf("a new header line: shared %v, pxname %q", rows[0].h == first, rows[0].PxName())
+	}
+	// The first header, kept by the rows of the first answers, was not
+	// changed by what came after.
+	px, okPx := first.cols[ColPxName]
+	w, okW := first.cols[ColWeight]
+	if !okPx || px != 0 || !okW || w != 3 || first.line != strings.TrimSuffix(strings.TrimPrefix(head, "# "), "\n") {
+		t.Fatalf("first header changed: %q %v", first.line, first.cols)
+	}
+}
