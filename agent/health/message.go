@@ -141,9 +141,9 @@ func FromRows(rows []stats.Row) (Reading, error) {
 // The members of the reading it returns lie in sc.members: the caller
 // must detach them (settle) before the next call.
 type rowScratch struct {
-	members       []MemberReading
-	pools         map[string]int // backend name → index in r.Pools
-	hasBackendRow map[string]bool
+	members    []MemberReading
+	pools      map[string]int // backend name → index in r.Pools
+	backendRow []bool         // by index in r.Pools: its BACKEND row came
 }
 
 // fromRows is FromRows passing every string the reading keeps through
@@ -154,11 +154,10 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 		return r, nil
 	}
 	if sc.pools == nil {
-		sc.pools, sc.hasBackendRow = map[string]int{}, map[string]bool{}
+		sc.pools = map[string]int{}
 	}
 	clear(sc.pools)
-	clear(sc.hasBackendRow)
-	pools, hasBackendRow := sc.pools, sc.hasBackendRow
+	pools, backendRow := sc.pools, sc.backendRow[:0]
 	// Every row of one answer shares its header: find the columns once.
 	// A row is cut only at what every row needs (row); a FRONTEND row
 	// also at the listener's counters (front).
@@ -213,13 +212,14 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 				if i, ok = pools[px]; !ok {
 					i, tail = len(r.Pools), len(r.Pools)
 					pools[px] = i
+					backendRow = append(backendRow, false)
 					r.Pools = append(r.Pools, PoolReading{Key: keep(px), Members: all[len(all):len(all)]})
 				}
 				lastPool = i
 			}
 			if sv == stats.Backend {
 				r.Pools[i].Status = keep(row.get(cStatus))
-				hasBackendRow[px] = true
+				backendRow[i] = true
 				continue
 			}
 			status := row.get(cStatus)
@@ -232,9 +232,10 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 			}
 		}
 	}
+	sc.backendRow = backendRow
 	kept := r.Pools[:0]
-	for _, p := range r.Pools {
-		if !hasBackendRow[p.Key] || strings.Count(p.Key, ":") != 1 {
+	for i, p := range r.Pools {
+		if !backendRow[i] || strings.Count(p.Key, ":") != 1 {
 			r.Skipped = append(r.Skipped, p.Key)
 			continue
 		}
