@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -145,6 +146,15 @@ func (s *sock) readPaced(p []byte) (int, error) {
 // spends more CPU in those than in reading the answer. A signal (Go's
 // preemption, the profiler) ends the nanosleep early; it goes on with
 // what is left.
+//
+// After each sleep the goroutine yields its P (Gosched): goroutines that
+// became runnable meanwhile (an API request, on GOMAXPROCS=1) run between
+// rounds instead of after the whole answer, and the P is seen to switch
+// goroutines. Without that, sysmon takes a read of 10 ms or more for a
+// goroutine that never yields: it sends preemption signals, which cannot
+// land in a raw system call and are sent again, and when its check finds
+// the goroutine in an ordinary system call it hands the P to another
+// thread and polls every 20 µs for the next millisecond.
 func (s *sock) wait(d time.Duration) error {
 	select {
 	case <-s.done:
@@ -162,6 +172,7 @@ func (s *sock) wait(d time.Duration) error {
 			break
 		}
 	}
+	runtime.Gosched()
 	select {
 	case <-s.done:
 		return errAborted

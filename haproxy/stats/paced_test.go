@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +143,38 @@ func TestPacedConnectWaitsForFullBacklog(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Each wait of a paced read hands the P over to goroutines waiting for
+// it: on one P, a long answer must not hold the rest of the agent up
+// until sysmon preempts the reader (10 ms and more).
+func TestPacedWaitYields(t *testing.T) {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	var runs atomic.Int64
+	var stop atomic.Bool
+	defer stop.Store(true)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		for !stop.Load() {
+			runs.Add(1)
+			runtime.Gosched()
+		}
+	}()
+	<-started
+	s := &sock{fd: -1, deadline: time.Now().Add(time.Minute), nonblock: true, done: make(chan struct{})}
+	const waits = 20
+	before := runs.Load()
+	for range waits {
+		if err := s.wait(time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other goroutine runs once at each yield (the run queue is FIFO);
+	// without yielding, only at each of sysmon's preemptions.
+	if got := runs.Load() - before; got < waits-1 {
+		t.Errorf("another runnable goroutine ran %d times during %d waits, want at least %d", got, waits, waits-1)
 	}
 }
