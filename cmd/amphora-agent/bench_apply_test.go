@@ -473,7 +473,6 @@ func benchGrowth(t *testing.T, tb *benchTable, notes *[]string) {
 	benchGrowthCells(t, tb, notes, append(cells, headlineCell))
 }
 
-// growthCell is one row of the growth table.
 // growthCell is one row of the growth table: windows (0 counts as 1)
 // windows of beats heartbeats each.
 type growthCell struct{ listeners, members, beats, windows int }

@@ -34,8 +34,9 @@ import (
 // about 200 KB), so a 1 MB answer costs a handful of wake-ups instead of
 // one per 16 KB piece. HAProxy writes `show stat` at about 60 KB/ms on
 // the bench VM: a 3 ms pace about fills the buffer each round; a faster
-// HAProxy only waits a little for room. The master CLI's answers and `show servers state`
-// during a reload are not paced: they are read as they come (dial).
+// HAProxy only waits a little for room. The master CLI's answers and
+// `show servers state` during a reload are not paced: they are read as
+// they come (dial).
 const (
 	firstPoll = time.Millisecond
 	pace      = 3 * time.Millisecond
