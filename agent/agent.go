@@ -294,8 +294,8 @@ func (a *Agent) loadBalancerGone(lb string) {
 const mutationTimeout = 55 * time.Second
 
 // Exclusive runs fn while holding the mutation lock, so concurrent
-// controller flows never interleave changes. Waiting gives up when ctx ends
-// (the client went away or the handler budget ran out); once fn holds the
+// controller flows never interleave changes. Waiting gives up only when ctx
+// ends (the client went away, or shutdown); once fn holds the
 // lock it runs to completion under its own deadline, whatever happens to
 // ctx, so a client that hangs up never leaves a change half done.
 func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) error {
@@ -308,13 +308,20 @@ func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) e
 		select {
 		case a.mutate <- struct{}{}:
 		case <-ctx.Done():
-			return fault.Internal("Agent busy", "timed out waiting for another request to finish", ctx.Err())
+			return errAbandoned(ctx)
 		}
 	}
 	defer func() { <-a.mutate }()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mutationTimeout)
 	defer cancel()
 	return fn(ctx)
+}
+
+// errAbandoned ends a wait for the lock whose caller gave up: a client
+// that went away (nobody reads the answer, but the access log shows it),
+// shutdown, or a SIGHUP that waited too long.
+func errAbandoned(ctx context.Context) error {
+	return fault.Internal("Request abandoned", "stopped waiting for another request to finish", ctx.Err())
 }
 
 // Reload re-reads the configuration files (SIGHUP). It takes the

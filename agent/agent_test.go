@@ -286,7 +286,7 @@ func TestUpdateConfig(t *testing.T) {
 	busy, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	err = f.a.Reload(busy)
 	cancel()
-	if fe, ok := fault.As(err); !ok || fe.Message != "Agent busy" || !f.a.Config().ActiveStandby() || len(seen) != 1 {
+	if fe, ok := fault.As(err); !ok || fe.Message != "Request abandoned" || !f.a.Config().ActiveStandby() || len(seen) != 1 {
 		t.Fatalf("SIGHUP during a mutation: %v; applied %d", err, len(seen))
 	}
 	close(free)

@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"sync"
-
-	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
 // coalescer merges identical requests that wait for the mutation lock:
@@ -61,7 +59,7 @@ func (c *coalescer) do(ctx context.Context, key string, fn func(wait context.Con
 			}
 		}
 		c.mu.Unlock()
-		return "", fault.Internal("Agent busy", "timed out waiting for a request in progress", ctx.Err())
+		return "", errAbandoned(ctx)
 	}
 }
 

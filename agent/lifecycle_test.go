@@ -140,7 +140,7 @@ func TestJoinedReloadDoesNotInheritCancellation(t *testing.T) {
 		return c != nil && c.waiters == 2
 	})
 	firstGivesUp()
-	if fe, ok := fault.As(within(t, "first", first)); !ok || fe.Message != "Agent busy" {
+	if fe, ok := fault.As(within(t, "first", first)); !ok || fe.Message != "Request abandoned" {
 		t.Fatalf("the first caller: %v", fe)
 	}
 	close(free)

@@ -49,8 +49,9 @@ type Options struct {
 	// UploadLimit returns the largest request body accepted, read per
 	// request so a config change applies without restart.
 	UploadLimit func() int64
-	// Budget bounds every handler: the controller gives up (and re-sends)
-	// after 60 s, so work must end well before.
+	// Budget bounds each read and the reading of each request body: the
+	// controller gives up (and re-sends) after 60 s, so they must end well
+	// before. A mutation's wait for the lock is not bounded by it.
 	Budget time.Duration
 }
 
@@ -128,8 +129,16 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 }
 
 // selfSerialized wraps a mutating handler whose service call takes the
-// mutation lock on its own.
-func (s *server) selfSerialized(h handler) http.Handler { return s.read(h) }
+// mutation lock on its own. It gets no budget: like a mutation, it waits
+// for the lock as long as its client does, and the agent bounds the work
+// once the lock is held.
+func (s *server) selfSerialized(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, r, s.log, err)
+		}
+	})
+}
 
 // read wraps a handler that changes nothing: reads run concurrently.
 func (s *server) read(h handler) http.Handler {
@@ -145,19 +154,21 @@ func (s *server) read(h handler) http.Handler {
 
 // mutate wraps a handler that changes state: it holds the agent's mutation
 // lock, so concurrent controller flows never interleave. The body is read
-// first, before the lock: a slow uploader holds up nobody else.
+// first, before the lock and within the budget: a slow uploader holds up
+// nobody else. The wait for the lock has no budget: upstream's single
+// worker queues requests, and the controller retries a timeout but never
+// a 500, so a request waits for its turn as long as its client does.
 func (s *server) mutate(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), s.opts.Budget)
-		defer cancel()
-		r = r.WithContext(ctx)
-		body, err := s.readBody(w, r)
+		bctx, cancel := context.WithTimeout(r.Context(), s.opts.Budget)
+		body, err := s.readBody(w, r.WithContext(bctx))
+		cancel()
 		if err != nil {
 			writeError(w, r, s.log, err)
 			return
 		}
 		// The handler gets these very bytes through s.body: no second copy.
-		ctx = context.WithValue(ctx, bodyKey{}, body)
+		ctx := context.WithValue(r.Context(), bodyKey{}, body)
 		r = r.WithContext(ctx)
 		r.Body = http.NoBody
 		err = s.svc.Exclusive(ctx, func(ctx context.Context) error {

@@ -78,8 +78,15 @@ func (f *fakeService) HAProxyConfig(_ context.Context, lb string) ([]byte, strin
 	return []byte("global\n"), "md5-" + lb, nil
 }
 
-func (f *fakeService) LoadBalancerAction(_ context.Context, id, action string) (string, error) {
-	f.call("action", id, action)
+// LoadBalancerAction takes the lock itself, as the agent's does.
+func (f *fakeService) LoadBalancerAction(ctx context.Context, id, action string) (string, error) {
+	err := f.Exclusive(ctx, func(context.Context) error {
+		f.call("action", id, action)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
 	return "Listener " + id + " reloaded", nil
 }
 
@@ -329,13 +336,55 @@ func TestReadsDoNotTakeTheMutationLock(t *testing.T) {
 	}
 }
 
-func TestMutationGivesUpWhenBudgetEnds(t *testing.T) {
+// A mutation queued behind a long one waits past the budget and runs
+// once the lock is free, as upstream's single worker queues requests:
+// the controller never retries a 500.
+func TestMutationWaitsPastTheBudget(t *testing.T) {
+	const budget = 50 * time.Millisecond
+	for _, c := range []struct{ method, path string }{
+		{"PUT", "/1.0/config"},
+		{"PUT", "/1.0/vrrp/upload"},
+		// Actions take the lock inside the service.
+		{"PUT", "/1.0/loadbalancer/lb1/reload"},
+	} {
+		f := newFake()
+		f.lock <- struct{}{} // another mutation in progress
+		h := NewHandler(f, zap.NewNop(), Options{Budget: budget})
+		done := make(chan int, 1)
+		go func() {
+			status, _, _ := serve(t, h, c.method, c.path, "x")
+			done <- status
+		}()
+		select {
+		case status := <-done:
+			t.Fatalf("%s %s answered %d while another mutation held the lock", c.method, c.path, status)
+		case <-time.After(4 * budget):
+		}
+		<-f.lock // the other mutation ends
+		select {
+		case status := <-done:
+			if status >= 300 {
+				t.Fatalf("%s %s queued past the budget: %d, want success", c.method, c.path, status)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s %s still waits after the lock was freed", c.method, c.path)
+		}
+	}
+}
+
+// A queued mutation whose client goes away stops waiting and changes
+// nothing.
+func TestMutationGivesUpWhenClientLeaves(t *testing.T) {
 	f := newFake()
 	f.lock <- struct{}{} // someone else holds the lock forever
-	h := NewHandler(f, zap.NewNop(), Options{Budget: 50 * time.Millisecond})
-	status, ctype, _ := serve(t, h, "PUT", "/1.0/config", "x")
-	if status != 500 || ctype != "application/json" {
-		t.Fatalf("got %d %q, want a JSON 500", status, ctype)
+	h := NewHandler(f, zap.NewNop(), Options{Budget: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, "PUT", "/1.0/config", strings.NewReader("x"))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 500 || rec.Header().Get("Content-Type") != "application/json" || len(f.calls) != 0 {
+		t.Fatalf("got %d %q, calls %q; want a JSON 500 and nothing done", rec.Code, rec.Header().Get("Content-Type"), f.calls)
 	}
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -62,9 +63,12 @@ func TestVRRPMutationsTakeTheLock(t *testing.T) {
 	for _, path := range []string{"/1.0/vrrp/upload", "/1.0/vrrp/stop"} {
 		f := newFake()
 		f.lock <- struct{}{}
-		h := NewHandler(f, zap.NewNop(), Options{Budget: 50 * time.Millisecond})
-		status, _, _ := serve(t, h, "PUT", path, "x")
-		if status != 500 || len(f.calls) != 0 {
+		h := NewHandler(f, zap.NewNop(), Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "PUT", path, strings.NewReader("x")))
+		cancel()
+		if status := rec.Code; status != 500 || len(f.calls) != 0 {
 			t.Errorf("PUT %s while the lock is held: %d, calls %q", path, status, f.calls)
 		}
 	}
