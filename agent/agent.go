@@ -305,6 +305,7 @@ func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) e
 		// Busy: wait, unless the caller gives up first. (A free lock is
 		// taken even by a caller already gone, so the outcome does not
 		// depend on select's coin toss.)
+		a.log.Info("request queued behind a change in progress")
 		select {
 		case a.mutate <- struct{}{}:
 		case <-ctx.Done():
