@@ -420,13 +420,23 @@ func (a *Agent) applyLevel(cfg *config.Config) {
 	}
 }
 
-// RotateCertificate replaces the API's server certificate. The upload must
-// be a certificate with its matching key; otherwise the old file stays, so a
-// bad rotation cannot lock the controller out. The next TLS handshake
-// serves the new certificate.
+// RotateCertificate replaces the API's server certificate. An upload that
+// would certainly lock the controller out (see certs.ValidateServerPEM) is
+// refused and the old file stays; one outside its validity period by this
+// amphora's clock alone is taken with a warning, as the clocks may differ.
+// The next TLS handshake serves the new certificate.
 func (a *Agent) RotateCertificate(ctx context.Context, body []byte) error {
-	if err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now()); err != nil {
+	skew, err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now())
+	if err != nil {
 		return fault.Invalid("Invalid certificate", err.Error())
+	}
+	switch {
+	case skew.Early > 0:
+		a.log.Warn("rotated server certificate is not valid yet by this amphora's clock; accepted, the controller's clock may be ahead",
+			zap.Duration("valid_in", skew.Early.Round(time.Second)))
+	case skew.Late > 0:
+		a.log.Warn("rotated server certificate has expired by this amphora's clock; accepted, the controller's clock may be behind",
+			zap.Duration("expired_for", skew.Late.Round(time.Second)), zap.Duration("tolerance", certs.ExpiryTolerance))
 	}
 	path := a.Config().ServerCert
 	if err := fsutil.WriteFile(path, body, 0o600); err != nil {

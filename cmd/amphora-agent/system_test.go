@@ -128,17 +128,16 @@ func TestCertificateRotation(t *testing.T) {
 	}
 	other, _ := e.CA.Server("other")
 	// Certificates the controller could not connect through (issue 11,
-	// item 7): it checks the amphora id as host name and the validity.
-	expired, _ := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
-	future, _ := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, time.Now().Add(time.Hour), time.Now().Add(48*time.Hour))
+	// item 7): it checks the amphora id as host name and the validity
+	// (with its own clock: issue 22, item 2).
+	expired, _ := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, time.Now().Add(-30*24*time.Hour), time.Now().Add(-48*time.Hour))
 	for name, body := range map[string][]byte{
 		"certificate without key": next.CertPEM,
 		"key without certificate": next.KeyPEM,
 		"mismatched key":          append(append([]byte{}, next.CertPEM...), other.KeyPEM...),
 		"garbage":                 []byte("not a pem"),
 		"another amphora's":       other.Combined(),
-		"expired":                 expired.Combined(),
-		"not valid yet":           future.Combined(),
+		"expired two days ago":    expired.Combined(),
 	} {
 		status, ctype, resp := e.Do("PUT", "/1.0/certificate", body)
 		if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), `"message":"Invalid certificate"`) {
@@ -172,6 +171,46 @@ func TestCertificateRotation(t *testing.T) {
 	if data, _ := os.ReadFile(e.ServerCert); !bytes.Equal(data, next.Combined()) {
 		t.Fatal("server certificate file differs from the upload")
 	}
+}
+
+// The controller stamps NotBefore with its own clock and uploads at once;
+// an amphora whose clock lags takes the rotation (202), serves the new
+// certificate to a controller whose clock is ahead, and starts again with
+// it on disk (issue 22, item 2).
+func TestCertificateRotationWithClockSkew(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	const ahead = 10 * time.Minute
+	issued := time.Now().Add(ahead)
+	next, err := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, issued, issued.Add(30*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _, resp := e.Do("PUT", "/1.0/certificate", next.Combined())
+	if status != 202 || string(resp) != `{"message":"OK"}` {
+		t.Fatalf("rotation with NotBefore %s ahead: %d %s", ahead, status, resp)
+	}
+	if got := e.Count("not valid yet by this amphora's clock"); got != 1 {
+		t.Errorf("%d warnings about the skew, want 1\n%s", got, e.Output())
+	}
+	leaf, err := next.Leaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ControllerAhead = ahead
+	check := func(when string) {
+		t.Helper()
+		if got := e.ServedCertificate().SerialNumber; got.Cmp(leaf.SerialNumber) != 0 {
+			t.Fatalf("%s: serving serial %s, want the rotated %s", when, got, leaf.SerialNumber)
+		}
+		if status, _, resp := e.Do("GET", "/1.0/info", nil); status != 200 {
+			t.Fatalf("%s: GET /1.0/info through the rotated certificate: %d %s", when, status, resp)
+		}
+	}
+	check("after rotation")
+	e.Stop()
+	e.Start()
+	check("after a restart")
 }
 
 func TestConfigUpload(t *testing.T) {
