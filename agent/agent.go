@@ -142,6 +142,7 @@ func New(o Options) *Agent {
 	}
 	a.cfg.Store(o.Config)
 	a.applyLevel(o.Config)
+	a.warnWeakTLS(nil, o.Config)
 
 	cfg := o.Config
 	runner := o.HAProxyRunner
@@ -369,8 +370,12 @@ func (a *Agent) apply(cfg *config.Config, warnings []string) {
 	}
 	old := a.cfg.Swap(cfg)
 	a.applyLevel(cfg)
+	warnedTLS := a.warnWeakTLS(old, cfg)
 	if old != nil {
 		for _, c := range restartOnly(old, cfg) {
+			if c == tlsProtocolOption && warnedTLS {
+				continue // its one warning said so
+			}
 			a.log.Warn("configuration option changed; it takes effect when the agent restarts", zap.String("option", c))
 		}
 	}
@@ -387,6 +392,26 @@ func (a *Agent) apply(cfg *config.Config, warnings []string) {
 	}
 }
 
+// tlsProtocolOption names agent_tls_protocol in log lines.
+const tlsProtocolOption = "[amphora_agent] agent_tls_protocol"
+
+// warnWeakTLS logs one warning when cur's agent_tls_protocol asks for a
+// version below TLS 1.2, at start-up (old nil) or when a reload changed
+// it, and reports whether it did. A reload repeating the value says
+// nothing: every configuration push of a controller set up that way
+// would otherwise repeat it.
+func (a *Agent) warnWeakTLS(old, cur *config.Config) bool {
+	if cur == nil || !cur.WeakTLSProtocol() || (old != nil && old.TLSProtocol == cur.TLSProtocol) {
+		return false
+	}
+	fields := []zap.Field{zap.String("option", tlsProtocolOption), zap.String("value", cur.TLSProtocol)}
+	if old != nil && old.TLSMinVersion != cur.TLSMinVersion {
+		fields = append(fields, zap.Bool("takes_effect_on_restart", true))
+	}
+	a.log.Warn("configuration: "+tlsProtocolOption+" names a version below TLS 1.2, which is not offered: the API keeps requiring TLS 1.2 or later, so a controller connecting with that version only is refused (set it to TLSv1.2 there)", fields...)
+	return true
+}
+
 func restartOnly(old, cur *config.Config) []string {
 	var changed []string
 	check := func(name string, differs bool) {
@@ -400,7 +425,7 @@ func restartOnly(old, cur *config.Config) []string {
 	check("[haproxy_amphora] base_cert_dir", old.BaseCertDir != cur.BaseCertDir)
 	check("[amphora_agent] agent_server_cert", old.ServerCert != cur.ServerCert)
 	check("[amphora_agent] agent_server_ca", old.ServerCA != cur.ServerCA)
-	check("[amphora_agent] agent_tls_protocol", old.TLSMinVersion != cur.TLSMinVersion)
+	check(tlsProtocolOption, old.TLSMinVersion != cur.TLSMinVersion)
 	check("[amphora_agent] network_namespace", old.Namespace != cur.Namespace)
 	check("[amphora_agent] prometheus_proxy_address", old.PrometheusProxy != cur.PrometheusProxy)
 	check("[amphora_agent] prometheus_exporter_address", old.PrometheusExporter != cur.PrometheusExporter)

@@ -116,6 +116,41 @@ func TestTLS13Minimum(t *testing.T) {
 	}
 }
 
+// A controller set to agent_tls_protocol = TLSv1 (Octavia accepts SSLv3,
+// TLSv1, TLSv1.1) still gets TLS 1.2 at least, and the agent says so in one
+// warning, not again on each SIGHUP or configuration push that repeats it.
+func TestWeakTLSProtocolKeepsTLS12AndWarnsOnce(t *testing.T) {
+	e := testenv.New(t)
+	e.Extra = "[amphora_agent]\nagent_tls_protocol = TLSv1\n"
+	e.Start()
+	for _, v := range []uint16{tls.VersionTLS10, tls.VersionTLS11} {
+		cfg := e.ClientTLS()
+		cfg.MinVersion, cfg.MaxVersion = v, v
+		if !handshakeRefused(e, cfg) {
+			t.Errorf("TLS version %x accepted with agent_tls_protocol = TLSv1", v)
+		}
+	}
+	if handshakeRefused(e, e.ClientTLS()) {
+		t.Fatal("TLS 1.2 refused")
+	}
+	const option = "agent_tls_protocol"
+	if n := e.Count(option); n != 1 {
+		t.Fatalf("start-up: %d lines name %s, want 1:\n%s", n, option, e.Output())
+	}
+	if err := e.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the SIGHUP reload", func() bool { return e.Count("configuration applied") >= 1 })
+	conf, _ := os.ReadFile(e.ConfigPath)
+	if status, _, resp := e.Do("PUT", "/1.0/config", conf); status != 202 {
+		t.Fatalf("configuration push: %d %s", status, resp)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the push applied", func() bool { return e.Count("configuration applied") >= 2 })
+	if n := e.Count(option); n != 1 {
+		t.Fatalf("after a SIGHUP and a push of the same value: %d lines name %s, want 1:\n%s", n, option, e.Output())
+	}
+}
+
 func TestCertificateRotation(t *testing.T) {
 	e := testenv.New(t)
 	e.Start()
