@@ -142,6 +142,7 @@ func New(o Options) *Agent {
 	}
 	a.cfg.Store(o.Config)
 	a.applyLevel(o.Config)
+	a.warnWeakTLS(nil, o.Config)
 
 	cfg := o.Config
 	runner := o.HAProxyRunner
@@ -377,8 +378,12 @@ func (a *Agent) apply(cfg *config.Config, warnings []string) {
 	}
 	old := a.cfg.Swap(cfg)
 	a.applyLevel(cfg)
+	warnedTLS := a.warnWeakTLS(old, cfg)
 	if old != nil {
 		for _, c := range restartOnly(old, cfg) {
+			if c == tlsProtocolOption && warnedTLS {
+				continue // its one warning said so
+			}
 			a.log.Warn("configuration option changed; it takes effect when the agent restarts", zap.String("option", c))
 		}
 	}
@@ -395,6 +400,26 @@ func (a *Agent) apply(cfg *config.Config, warnings []string) {
 	}
 }
 
+// tlsProtocolOption names agent_tls_protocol in log lines.
+const tlsProtocolOption = "[amphora_agent] agent_tls_protocol"
+
+// warnWeakTLS logs one warning when cur's agent_tls_protocol asks for a
+// version below TLS 1.2, at start-up (old nil) or when a reload changed
+// it, and reports whether it did. A reload repeating the value says
+// nothing: every configuration push of a controller set up that way
+// would otherwise repeat it.
+func (a *Agent) warnWeakTLS(old, cur *config.Config) bool {
+	if cur == nil || !cur.WeakTLSProtocol() || (old != nil && old.TLSProtocol == cur.TLSProtocol) {
+		return false
+	}
+	fields := []zap.Field{zap.String("option", tlsProtocolOption), zap.String("value", cur.TLSProtocol)}
+	if old != nil && old.TLSMinVersion != cur.TLSMinVersion {
+		fields = append(fields, zap.Bool("takes_effect_on_restart", true))
+	}
+	a.log.Warn("configuration: "+tlsProtocolOption+" names a version below TLS 1.2, which is not offered: the API keeps requiring TLS 1.2 or later, so a controller connecting with that version only is refused (set it to TLSv1.2 there)", fields...)
+	return true
+}
+
 func restartOnly(old, cur *config.Config) []string {
 	var changed []string
 	check := func(name string, differs bool) {
@@ -408,7 +433,7 @@ func restartOnly(old, cur *config.Config) []string {
 	check("[haproxy_amphora] base_cert_dir", old.BaseCertDir != cur.BaseCertDir)
 	check("[amphora_agent] agent_server_cert", old.ServerCert != cur.ServerCert)
 	check("[amphora_agent] agent_server_ca", old.ServerCA != cur.ServerCA)
-	check("[amphora_agent] agent_tls_protocol", old.TLSMinVersion != cur.TLSMinVersion)
+	check(tlsProtocolOption, old.TLSMinVersion != cur.TLSMinVersion)
 	check("[amphora_agent] network_namespace", old.Namespace != cur.Namespace)
 	check("[amphora_agent] prometheus_proxy_address", old.PrometheusProxy != cur.PrometheusProxy)
 	check("[amphora_agent] prometheus_exporter_address", old.PrometheusExporter != cur.PrometheusExporter)
@@ -428,13 +453,23 @@ func (a *Agent) applyLevel(cfg *config.Config) {
 	}
 }
 
-// RotateCertificate replaces the API's server certificate. The upload must
-// be a certificate with its matching key; otherwise the old file stays, so a
-// bad rotation cannot lock the controller out. The next TLS handshake
-// serves the new certificate.
+// RotateCertificate replaces the API's server certificate. An upload that
+// would certainly lock the controller out (see certs.ValidateServerPEM) is
+// refused and the old file stays; one outside its validity period by this
+// amphora's clock alone is taken with a warning, as the clocks may differ.
+// The next TLS handshake serves the new certificate.
 func (a *Agent) RotateCertificate(ctx context.Context, body []byte) error {
-	if err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now()); err != nil {
+	skew, err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now())
+	if err != nil {
 		return fault.Invalid("Invalid certificate", err.Error())
+	}
+	switch {
+	case skew.Early > 0:
+		a.log.Warn("rotated server certificate is not valid yet by this amphora's clock; accepted, the controller's clock may be ahead",
+			zap.Duration("valid_in", skew.Early.Round(time.Second)))
+	case skew.Late > 0:
+		a.log.Warn("rotated server certificate has expired by this amphora's clock; accepted, the controller's clock may be behind",
+			zap.Duration("expired_for", skew.Late.Round(time.Second)), zap.Duration("tolerance", certs.ExpiryTolerance))
 	}
 	path := a.Config().ServerCert
 	if err := fsutil.WriteFile(path, body, 0o600); err != nil {

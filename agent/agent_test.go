@@ -20,6 +20,8 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeRunner answers package queries like a Debian amphora.
@@ -348,11 +350,11 @@ func TestRotateCertificate(t *testing.T) {
 	next, _ := ca.Server("amp-1")
 	certPath := f.write("server.pem", string(old.Combined()))
 
-	expired, _ := ca.ServerValid("amp-1", []string{"amp-1"}, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	expired, _ := ca.ServerValid("amp-1", []string{"amp-1"}, time.Now().Add(-30*24*time.Hour), time.Now().Add(-48*time.Hour))
 	other, _ := ca.Server("amp-2")
 	for name, body := range map[string][]byte{
 		"certificate without key": next.CertPEM,
-		"expired certificate":     expired.Combined(),
+		"expired two days ago":    expired.Combined(),
 		"another amphora's":       other.Combined(),
 	} {
 		err = f.a.RotateCertificate(context.Background(), body)
@@ -371,6 +373,47 @@ func TestRotateCertificate(t *testing.T) {
 	}
 	if st, _ := os.Stat(certPath); st.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v", st.Mode().Perm())
+	}
+}
+
+// A rotation outside its validity period by the amphora's clock only (the
+// controller's clock differs by minutes) is taken, with one warning saying
+// by how much, and written in place of the old certificate.
+func TestRotateCertificateToleratesClockSkew(t *testing.T) {
+	f := newFixture(t)
+	core, logs := observer.New(zap.InfoLevel)
+	f.a.log = zap.New(core)
+	ca, err := devpki.NewAuthority("ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := ca.Server("amp-1")
+	certPath := f.write("server.pem", string(old.Combined()))
+	now := time.Now()
+	early, _ := ca.ServerValid("amp-1", []string{"amp-1"}, now.Add(10*time.Minute), now.Add(30*24*time.Hour))
+	late, _ := ca.ServerValid("amp-1", []string{"amp-1"}, now.Add(-30*24*time.Hour), now.Add(-10*time.Minute))
+	for _, c := range []struct {
+		name, field string
+		body        []byte
+	}{
+		{"amphora's clock 10 minutes behind", "valid_in", early.Combined()},
+		{"amphora's clock 10 minutes ahead", "expired_for", late.Combined()},
+	} {
+		logs.TakeAll()
+		if err := f.a.RotateCertificate(context.Background(), c.body); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if now, _ := os.ReadFile(certPath); string(now) != string(c.body) {
+			t.Fatalf("%s: file not replaced", c.name)
+		}
+		warned := logs.FilterLevelExact(zap.WarnLevel).All()
+		if len(warned) != 1 {
+			t.Fatalf("%s: %d warnings, want 1: %v", c.name, len(warned), warned)
+		}
+		skew, ok := warned[0].ContextMap()[c.field].(time.Duration)
+		if !ok || skew < 9*time.Minute || skew > 11*time.Minute {
+			t.Errorf("%s: warning %q has %s = %v, want about 10m", c.name, warned[0].Message, c.field, warned[0].ContextMap()[c.field])
+		}
 	}
 }
 

@@ -140,34 +140,66 @@ func ParseKeyPair(pemData []byte) (tls.Certificate, error) {
 
 // Why ValidateServerPEM refuses an upload.
 var (
-	ErrNotKeyPair  = errors.New("not a PEM certificate with its matching private key")
-	ErrNotYetValid = errors.New("the certificate is not valid yet")
-	ErrExpired     = errors.New("the certificate has expired")
-	ErrWrongName   = errors.New("the certificate is not issued to this amphora")
+	ErrNotKeyPair = errors.New("not a PEM certificate with its matching private key")
+	ErrExpired    = errors.New("the certificate has expired")
+	ErrNeverValid = errors.New("the certificate is never valid")
+	ErrWrongName  = errors.New("the certificate is not issued to this amphora")
 )
 
+// ExpiryTolerance is how long past its NotAfter, by the amphora's clock, a
+// rotated certificate is still accepted. The controller issues a fresh
+// certificate (valid 30 days by default) and checks it with its own clock;
+// an amphora whose clock runs ahead of the controller's may see it expired
+// when it is not. Only a certificate expired by more than any plausible
+// skew is certain to lock the controller out.
+const ExpiryTolerance = 24 * time.Hour
+
+// Skew says how far outside its validity period a certificate that
+// ValidateServerPEM accepted lies on the amphora's clock. At most one is
+// non-zero; both are zero for a certificate valid now.
+type Skew struct {
+	Early time.Duration // NotBefore is this far after now
+	Late  time.Duration // NotAfter is this far before now (at most ExpiryTolerance)
+}
+
 // ValidateServerPEM checks a rotated server certificate before it replaces
-// the one in use, so a bad upload cannot lock the controller out: a
-// certificate with its key, valid at now, and naming amphoraID, the host
-// name the controller checks (it issues CN and DNS SAN = amphora id). An
-// empty amphoraID (no amphora_id configured) skips the name check.
-func ValidateServerPEM(pemData []byte, amphoraID string, now time.Time) error {
+// the one in use, and refuses only what is certain to lock the controller
+// out: no matching key, a certificate not naming amphoraID (the host name
+// the controller checks: it issues CN and DNS SAN = amphora id), or one
+// expired by more than ExpiryTolerance at now. An empty amphoraID (no
+// amphora_id configured) skips the name check.
+//
+// A certificate not valid yet at now is accepted: the controller stamps
+// NotBefore with its own clock and uploads at once, so an amphora whose
+// clock lags sees every rotation as early. The returned Skew says by how
+// much, for the caller to log.
+func ValidateServerPEM(pemData []byte, amphoraID string, now time.Time) (Skew, error) {
 	cert, err := ParseKeyPair(pemData)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNotKeyPair, err)
+		return Skew{}, fmt.Errorf("%w: %v", ErrNotKeyPair, err)
 	}
 	leaf := cert.Leaf
+	if leaf.NotAfter.Before(leaf.NotBefore) {
+		return Skew{}, fmt.Errorf("%w: valid from %s until %s", ErrNeverValid, stamp(leaf.NotBefore), stamp(leaf.NotAfter))
+	}
+	var skew Skew
 	switch {
 	case now.Before(leaf.NotBefore):
-		return fmt.Errorf("%w: valid from %s", ErrNotYetValid, leaf.NotBefore.UTC().Format(time.RFC3339))
+		skew.Early = leaf.NotBefore.Sub(now)
 	case now.After(leaf.NotAfter):
-		return fmt.Errorf("%w: valid until %s", ErrExpired, leaf.NotAfter.UTC().Format(time.RFC3339))
+		skew.Late = now.Sub(leaf.NotAfter)
+		if skew.Late > ExpiryTolerance {
+			return Skew{}, fmt.Errorf("%w: valid until %s, %s before this amphora's clock (tolerance %s)",
+				ErrExpired, stamp(leaf.NotAfter), skew.Late.Round(time.Second), ExpiryTolerance)
+		}
 	}
 	if amphoraID != "" && !namesHost(leaf, amphoraID) {
-		return fmt.Errorf("%w %s: names %s", ErrWrongName, amphoraID, certNames(leaf))
+		return Skew{}, fmt.Errorf("%w %s: names %s", ErrWrongName, amphoraID, certNames(leaf))
 	}
-	return nil
+	return skew, nil
 }
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 // namesHost reports whether a TLS client checking host would accept leaf,
 // as the controller's Python client does: the DNS names when there are

@@ -113,6 +113,17 @@ type Config struct {
 // ActiveStandby tells whether the amphora is one of a VRRP pair.
 func (c *Config) ActiveStandby() bool { return c.Topology == TopologyActiveStandby }
 
+// WeakTLSProtocol tells whether agent_tls_protocol names a version below
+// TLS 1.2 (SSLv3, TLSv1, TLSv1.1), which the API does not offer:
+// TLSMinVersion is TLS 1.2 then.
+func (c *Config) WeakTLSProtocol() bool {
+	switch c.TLSProtocol {
+	case "SSLv3", "TLSv1", "TLSv1.1":
+		return true
+	}
+	return false
+}
+
 // ListenAddress is the API's listen address for net.Listen.
 func (c *Config) ListenAddress() string {
 	return net.JoinHostPort(c.BindHost, strconv.Itoa(c.BindPort))
@@ -388,14 +399,11 @@ func (l *loader) fill() *Config {
 	read(l, fatal, secAgent, "agent_server_cert", &c.ServerCert, parsePath)
 	read(l, fatal, secAgent, "agent_server_network_dir", &c.NetworkDir, parsePath)
 	read(l, fatal, secAgent, "agent_request_read_timeout", &c.RequestReadTimeout, parseSeconds(1))
-	if s, ok := read(l, fatal, secAgent, "agent_tls_protocol", &c.TLSProtocol, parseTLSProtocol); ok {
-		c.TLSMinVersion = tls.VersionTLS12
-		switch c.TLSProtocol {
-		case "TLSv1.3":
-			c.TLSMinVersion = tls.VersionTLS13
-		case "SSLv3", "TLSv1", "TLSv1.1":
-			l.note(s, "versions below TLS 1.2 are not offered; the API requires at least TLS 1.2")
-		}
+	// A version below TLS 1.2 is raised to it; the agent, not the loader,
+	// warns about it (see WeakTLSProtocol), so that a reload repeating the
+	// same value does not warn again.
+	if _, ok := read(l, fatal, secAgent, "agent_tls_protocol", &c.TLSProtocol, parseTLSProtocol); ok && c.TLSProtocol == "TLSv1.3" {
+		c.TLSMinVersion = tls.VersionTLS13
 	}
 	read(l, fatal, secAgent, "administrative_log_facility", &c.AdministrativeLogFacility, parseIntRange(0, 7))
 	read(l, fatal, secAgent, "user_log_facility", &c.UserLogFacility, parseIntRange(0, 7))

@@ -71,7 +71,11 @@ func TestLoadValues(t *testing.T) {
 		{"syslog facility mixed case", "[DEFAULT]\nsyslog_log_facility = Log_Daemon\n", func(c *Config) any { return c.SyslogFacility }, "LOG_DAEMON", nil},
 		{"read timeout", "[amphora_agent]\nagent_request_read_timeout = 30\n", func(c *Config) any { return c.RequestReadTimeout }, 30 * time.Second, nil},
 		{"TLSv1.3 minimum", "[amphora_agent]\nagent_tls_protocol = TLSv1.3\n", func(c *Config) any { return c.TLSMinVersion }, uint16(tls.VersionTLS13), nil},
-		{"TLSv1 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = TLSv1\n", func(c *Config) any { return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12) }, "TLSv1true", []string{`t.conf: [amphora_agent] agent_tls_protocol = "TLSv1": versions below TLS 1.2`}},
+		// The agent warns about it (once), not the loader.
+		{"TLSv1 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = TLSv1\n", func(c *Config) any { return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "TLSv1true true", nil},
+		{"TLSv1.1 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = TLSv1.1\n", func(c *Config) any { return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "TLSv1.1true true", nil},
+		{"SSLv3 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = SSLv3\n", func(c *Config) any { return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "SSLv3true true", nil},
+		{"TLSv1.2 is not weak", "[amphora_agent]\nagent_tls_protocol = TLSv1.2\n", func(c *Config) any { return fmt.Sprint(c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "true false", nil},
 		{"facilities", "[amphora_agent]\nadministrative_log_facility = 7\nuser_log_facility = 3\n", func(c *Config) any { return [2]int{c.AdministrativeLogFacility, c.UserLogFacility} }, [2]int{7, 3}, nil},
 		{"deprecated udp driver", "[amphora_agent]\namphora_udp_driver = other\n", func(c *Config) any { return c.Topology }, "SINGLE", []string{"amphora_udp_driver = \"other\": deprecated and ignored"}},
 		{"facility under haproxy_amphora is not read", "[haproxy_amphora]\nadministrative_log_facility = 3\nuser_log_facility = 0\n", func(c *Config) any { return c.AdministrativeLogFacility }, 1, []string{"[haproxy_amphora] administrative_log_facility = \"3\": ignored, like upstream: the agent uses [amphora_agent] administrative_log_facility (1)"}},
@@ -314,7 +318,7 @@ func TestHeartbeatLeniency(t *testing.T) {
 		{
 			name: "notices are not errors in strict mode", in: "[amphora_agent]\nagent_tls_protocol = TLSv1.1\namphora_udp_driver = x\n[haproxy_amphora]\nuser_log_facility = 5\n",
 			get: func(c *Config) any { return c.TLSMinVersion }, want: uint16(tls.VersionTLS12),
-			warns: []string{"agent_tls_protocol", "amphora_udp_driver", "user_log_facility"},
+			warns: []string{"amphora_udp_driver", "user_log_facility"},
 		},
 	}
 	for _, tt := range tests {

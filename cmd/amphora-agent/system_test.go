@@ -116,6 +116,41 @@ func TestTLS13Minimum(t *testing.T) {
 	}
 }
 
+// A controller set to agent_tls_protocol = TLSv1 (Octavia accepts SSLv3,
+// TLSv1, TLSv1.1) still gets TLS 1.2 at least, and the agent says so in one
+// warning, not again on each SIGHUP or configuration push that repeats it.
+func TestWeakTLSProtocolKeepsTLS12AndWarnsOnce(t *testing.T) {
+	e := testenv.New(t)
+	e.Extra = "[amphora_agent]\nagent_tls_protocol = TLSv1\n"
+	e.Start()
+	for _, v := range []uint16{tls.VersionTLS10, tls.VersionTLS11} {
+		cfg := e.ClientTLS()
+		cfg.MinVersion, cfg.MaxVersion = v, v
+		if !handshakeRefused(e, cfg) {
+			t.Errorf("TLS version %x accepted with agent_tls_protocol = TLSv1", v)
+		}
+	}
+	if handshakeRefused(e, e.ClientTLS()) {
+		t.Fatal("TLS 1.2 refused")
+	}
+	const option = "agent_tls_protocol"
+	if n := e.Count(option); n != 1 {
+		t.Fatalf("start-up: %d lines name %s, want 1:\n%s", n, option, e.Output())
+	}
+	if err := e.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the SIGHUP reload", func() bool { return e.Count("configuration applied") >= 1 })
+	conf, _ := os.ReadFile(e.ConfigPath)
+	if status, _, resp := e.Do("PUT", "/1.0/config", conf); status != 202 {
+		t.Fatalf("configuration push: %d %s", status, resp)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the push applied", func() bool { return e.Count("configuration applied") >= 2 })
+	if n := e.Count(option); n != 1 {
+		t.Fatalf("after a SIGHUP and a push of the same value: %d lines name %s, want 1:\n%s", n, option, e.Output())
+	}
+}
+
 func TestCertificateRotation(t *testing.T) {
 	e := testenv.New(t)
 	e.Start()
@@ -128,17 +163,16 @@ func TestCertificateRotation(t *testing.T) {
 	}
 	other, _ := e.CA.Server("other")
 	// Certificates the controller could not connect through (issue 11,
-	// item 7): it checks the amphora id as host name and the validity.
-	expired, _ := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
-	future, _ := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, time.Now().Add(time.Hour), time.Now().Add(48*time.Hour))
+	// item 7): it checks the amphora id as host name and the validity
+	// (with its own clock: issue 22, item 2).
+	expired, _ := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, time.Now().Add(-30*24*time.Hour), time.Now().Add(-48*time.Hour))
 	for name, body := range map[string][]byte{
 		"certificate without key": next.CertPEM,
 		"key without certificate": next.KeyPEM,
 		"mismatched key":          append(append([]byte{}, next.CertPEM...), other.KeyPEM...),
 		"garbage":                 []byte("not a pem"),
 		"another amphora's":       other.Combined(),
-		"expired":                 expired.Combined(),
-		"not valid yet":           future.Combined(),
+		"expired two days ago":    expired.Combined(),
 	} {
 		status, ctype, resp := e.Do("PUT", "/1.0/certificate", body)
 		if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), `"message":"Invalid certificate"`) {
@@ -172,6 +206,46 @@ func TestCertificateRotation(t *testing.T) {
 	if data, _ := os.ReadFile(e.ServerCert); !bytes.Equal(data, next.Combined()) {
 		t.Fatal("server certificate file differs from the upload")
 	}
+}
+
+// The controller stamps NotBefore with its own clock and uploads at once;
+// an amphora whose clock lags takes the rotation (202), serves the new
+// certificate to a controller whose clock is ahead, and starts again with
+// it on disk (issue 22, item 2).
+func TestCertificateRotationWithClockSkew(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	const ahead = 10 * time.Minute
+	issued := time.Now().Add(ahead)
+	next, err := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, issued, issued.Add(30*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _, resp := e.Do("PUT", "/1.0/certificate", next.Combined())
+	if status != 202 || string(resp) != `{"message":"OK"}` {
+		t.Fatalf("rotation with NotBefore %s ahead: %d %s", ahead, status, resp)
+	}
+	if got := e.Count("not valid yet by this amphora's clock"); got != 1 {
+		t.Errorf("%d warnings about the skew, want 1\n%s", got, e.Output())
+	}
+	leaf, err := next.Leaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ControllerAhead = ahead
+	check := func(when string) {
+		t.Helper()
+		if got := e.ServedCertificate().SerialNumber; got.Cmp(leaf.SerialNumber) != 0 {
+			t.Fatalf("%s: serving serial %s, want the rotated %s", when, got, leaf.SerialNumber)
+		}
+		if status, _, resp := e.Do("GET", "/1.0/info", nil); status != 200 {
+			t.Fatalf("%s: GET /1.0/info through the rotated certificate: %d %s", when, status, resp)
+		}
+	}
+	check("after rotation")
+	e.Stop()
+	e.Start()
+	check("after a restart")
 }
 
 func TestConfigUpload(t *testing.T) {

@@ -88,6 +88,9 @@ type Env struct {
 	// command line follows it, and it must exec the agent (so that the
 	// agent keeps its pid), as `unshare -m ...` does.
 	Wrap []string
+	// ControllerAhead is how far the controller's clock runs ahead of the
+	// amphora's: ClientTLS checks the agent's certificate at that time.
+	ControllerAhead time.Duration
 
 	namespace string
 
@@ -328,7 +331,9 @@ func (e *Env) ClientTLS() *tls.Config {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(e.CA.PEM)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: e.AmphoraID, MinVersion: tls.VersionTLS12}
+	ahead := e.ControllerAhead
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: e.AmphoraID, MinVersion: tls.VersionTLS12,
+		Time: func() time.Time { return time.Now().Add(ahead) }}
 }
 
 // ServedCertificate opens a new connection and returns the server
