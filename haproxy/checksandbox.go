@@ -111,10 +111,8 @@ func (c *CheckSandbox) run(ctx context.Context, lb, staged, name string, args ..
 	cmd := procgroup.Command(ctx, name, args...)
 	cmd.Env = procwatch.CleanEnv()
 	procgroup.As(cmd, c.Cred)
-	// The config copy first: once work covers base_cert_dir, work's own
-	// path no longer resolves.
 	binds := []procgroup.Bind{{Source: cfgCopy, Target: staged}, {Source: work, Target: c.CertDir}}
-	return procgroup.CombinedOutput(cmd, procgroup.StartWithBinds(binds))
+	return procgroup.CombinedOutput(cmd, procgroup.StartInView(procgroup.View{Binds: binds}))
 }
 
 // copyCerts copies the regular files of dir (the load balancer's
