@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/amphora-agent/amphora-agent/agent/procgroup"
@@ -21,10 +22,20 @@ import (
 // a mount namespace of its own where a folder holding only this load
 // balancer's copies (and a copy of the config) is mounted over
 // base_cert_dir, and the config copy over the staged config. Other load
-// balancers' certificates are not visible to it at all.
+// balancers' certificates are not visible to it at all. Where a folder
+// above these, the user/group file or another file or folder the config
+// names under base_path is closed to the check user (base_path under a
+// 0700 folder, say), the check sees that folder as one holding only the
+// way to them (procgroup.ViewFor): each is seen as it is on disk, its own
+// mode deciding whether the check user may read it, and no mode on disk
+// changes.
 type CheckSandbox struct {
 	Cred    *syscall.Credential
 	CertDir string // base_cert_dir
+	// StateDir is base_path: what the config names beneath it is the
+	// agent's own, and reachable to the check whatever the modes of the
+	// folders above. Elsewhere, the operator's modes stand.
+	StateDir string
 }
 
 // errSandbox marks a failure to prepare the sandbox, which says nothing
@@ -34,7 +45,7 @@ var errSandbox = errors.New("preparing the unprivileged haproxy -c")
 // NewCheckSandbox returns the sandbox for an agent running as root, or
 // nil when it does not (then `haproxy -c` runs as the agent's own user
 // anyway) or when no unprivileged user exists (and says why).
-func NewCheckSandbox(certDir string) (*CheckSandbox, error) {
+func NewCheckSandbox(certDir, stateDir string) (*CheckSandbox, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
@@ -47,7 +58,7 @@ func NewCheckSandbox(certDir string) (*CheckSandbox, error) {
 	for _, d := range stale {
 		os.RemoveAll(d)
 	}
-	return &CheckSandbox{Cred: cred, CertDir: certDir}, nil
+	return &CheckSandbox{Cred: cred, CertDir: certDir, StateDir: stateDir}, nil
 }
 
 // checkPrefix names the check's folders under base_cert_dir; a name
@@ -86,8 +97,9 @@ func credential(uid, gid string) (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(u), Gid: uint32(g)}, nil
 }
 
-// run runs haproxy with args for lb, whose staged config is at staged.
-func (c *CheckSandbox) run(ctx context.Context, lb, staged, name string, args ...string) ([]byte, error) {
+// run runs haproxy with args for lb, whose staged config is at staged;
+// userGroup is the user/group file args load besides it.
+func (c *CheckSandbox) run(ctx context.Context, lb, staged, userGroup, name string, args ...string) ([]byte, error) {
 	if err := os.MkdirAll(c.CertDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %w", errSandbox, err)
 	}
@@ -99,7 +111,8 @@ func (c *CheckSandbox) run(ctx context.Context, lb, staged, name string, args ..
 	}
 	defer os.RemoveAll(work)
 	cfgCopy := filepath.Join(work, "haproxy.cfg")
-	if err := c.copyFor(staged, cfgCopy); err != nil {
+	cfg, err := c.copyFor(staged, cfgCopy)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSandbox, err)
 	}
 	if err := c.copyCerts(filepath.Join(c.CertDir, lb), filepath.Join(work, lb)); err != nil {
@@ -111,10 +124,26 @@ func (c *CheckSandbox) run(ctx context.Context, lb, staged, name string, args ..
 	cmd := procgroup.Command(ctx, name, args...)
 	cmd.Env = procwatch.CleanEnv()
 	procgroup.As(cmd, c.Cred)
-	// The config copy first: once work covers base_cert_dir, work's own
-	// path no longer resolves.
 	binds := []procgroup.Bind{{Source: cfgCopy, Target: staged}, {Source: work, Target: c.CertDir}}
-	return procgroup.CombinedOutput(cmd, procgroup.StartWithBinds(binds))
+	asIs := []string{userGroup}
+	for _, p := range absPaths(cfg) {
+		if p = filepath.Clean(p); within(c.StateDir, p) && p != staged && !within(c.CertDir, p) {
+			asIs = append(asIs, p)
+		}
+	}
+	for _, p := range asIs {
+		// Sockets are left out: the check opens none.
+		if fi, err := os.Stat(p); err == nil && (fi.Mode().IsRegular() || fi.IsDir()) {
+			binds = append(binds, procgroup.Bind{Source: p, Target: p})
+		}
+	}
+	return procgroup.CombinedOutput(cmd, procgroup.StartInView(procgroup.ViewFor(c.Cred, binds)))
+}
+
+// within tells whether p is dir or lies beneath it.
+func within(dir, p string) bool {
+	dir = filepath.Clean(dir)
+	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 // copyCerts copies the regular files of dir (the load balancer's
@@ -138,31 +167,32 @@ func (c *CheckSandbox) copyCerts(dir, to string) error {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		if err := c.copyFor(filepath.Join(dir, e.Name()), filepath.Join(to, e.Name())); err != nil {
+		if _, err := c.copyFor(filepath.Join(dir, e.Name()), filepath.Join(to, e.Name())); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// copyFor copies a file to a 0600 file owned by the check user. No fsync:
-// the copy lives only as long as the check.
-func (c *CheckSandbox) copyFor(from, to string) error {
+// copyFor copies a file to a 0600 file owned by the check user and
+// returns what it copied. No fsync: the copy lives only as long as the
+// check.
+func (c *CheckSandbox) copyFor(from, to string) ([]byte, error) {
 	data, err := os.ReadFile(from)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := f.Chown(int(c.Cred.Uid), int(c.Cred.Gid)); err != nil {
 		f.Close()
-		return err
+		return nil, err
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return err
+		return nil, err
 	}
-	return f.Close()
+	return data, f.Close()
 }

@@ -200,7 +200,7 @@ func (s *Store) check(ctx context.Context, lb, path, peer string) (string, error
 		err error
 	)
 	if s.Sandbox != nil {
-		out, err = s.Sandbox.run(ctx, lb, path, s.HAProxyCmd, args...)
+		out, err = s.Sandbox.run(ctx, lb, path, s.UserGroupFile, s.HAProxyCmd, args...)
 	} else {
 		out, err = s.Runner.CombinedOutput(ctx, s.HAProxyCmd, args...)
 	}

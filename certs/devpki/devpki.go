@@ -89,6 +89,18 @@ func (a *Authority) ServerValid(commonName string, dnsNames []string, notBefore,
 	return a.issue(commonName, dnsNames, nil, x509.ExtKeyUsageServerAuth, notBefore, notAfter)
 }
 
+// Listener makes a CA and the certificate it signs for a TLS listener
+// serving dnsName: what a user's certificate for a terminated HTTPS
+// listener is, with the CA a client verifies it by.
+func Listener(dnsName string) (*Authority, Issued, error) {
+	ca, err := NewAuthority("listener CA")
+	if err != nil {
+		return nil, Issued{}, err
+	}
+	srv, err := ca.issue(dnsName, []string{dnsName}, nil, x509.ExtKeyUsageServerAuth, time.Time{}, time.Time{})
+	return ca, srv, err
+}
+
 // Client issues a controller client certificate.
 func (a *Authority) Client(commonName string) (Issued, error) {
 	return a.issue(commonName, nil, nil, x509.ExtKeyUsageClientAuth, time.Time{}, time.Time{})
