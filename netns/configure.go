@@ -282,17 +282,14 @@ func keyOf(r KRoute) routeKey {
 	return routeKey{r.Dst.Masked(), r.Gateway, r.Prefsrc, t}
 }
 
-// fileRoute converts an interface file route.
+// fileRoute converts an interface file route. A destination with host
+// bits set (upstream writes host routes as Neutron has them) is its network.
 func fileRoute(index int, r Route) (KRoute, error) {
-	dst, err := netip.ParsePrefix(r.Dst)
+	dst, err := parseNetwork(r.Dst)
 	if err != nil {
-		a, aerr := netip.ParseAddr(r.Dst)
-		if aerr != nil {
-			return KRoute{}, fmt.Errorf("invalid destination %q", r.Dst)
-		}
-		dst = netip.PrefixFrom(a, a.BitLen())
+		return KRoute{}, fmt.Errorf("invalid destination %q", r.Dst)
 	}
-	kr := KRoute{LinkIndex: index, Dst: netip.PrefixFrom(dst.Addr().Unmap(), dst.Bits()).Masked(), Table: r.Table, Protocol: ProtoStatic}
+	kr := KRoute{LinkIndex: index, Dst: dst.Masked(), Table: r.Table, Protocol: ProtoStatic}
 	if kr.Table == 0 {
 		kr.Table = mainTable
 	}
@@ -332,8 +329,9 @@ func fileRoute(index int, r Route) (KRoute, error) {
 }
 
 // routesUp reconciles the static routes of the link. Failures are logged,
-// not returned: a host route the subnet's owner got wrong must not stop
-// the VIP from coming up (upstream behaves the same).
+// not returned: a host route the subnet's owner got wrong (a next hop the
+// kernel refuses, such as one of the amphora's own addresses) must not
+// stop the VIP from coming up (upstream behaves the same).
 func (c *configurator) routesUp(ctx context.Context, h Handle, link Link, f *InterfaceFile) {
 	current, err := h.Routes(link.Index)
 	if err != nil {
@@ -352,13 +350,17 @@ func (c *configurator) routesUp(ctx context.Context, h Handle, link Link, f *Int
 			c.log.Warn("skipping an invalid route of an interface file", zap.String("interface", f.Name), zap.Error(err))
 			continue
 		}
+		if sent, _ := parseNetwork(fr.Dst); sent != kr.Dst {
+			c.log.Warn("route destination has host bits set; applying its network instead",
+				zap.String("interface", f.Name), zap.String("dst", fr.Dst), zap.Stringer("applied", kr.Dst))
+		}
 		if _, ok := stale[keyOf(kr)]; ok {
 			delete(stale, keyOf(kr))
 			continue
 		}
 		c.log.Debug("adding route", zap.String("interface", f.Name), zap.Any("route", fr))
 		if err := c.retryEINVAL(ctx, func() error { return h.AddRoute(kr) }); err != nil && !isExist(err) {
-			c.log.Warn("cannot add route", zap.String("interface", f.Name), zap.Any("route", fr), zap.Error(err))
+			c.log.Warn("the kernel refused a route; skipped", zap.String("interface", f.Name), zap.Any("route", fr), zap.Error(err))
 		}
 	}
 	for _, r := range stale {

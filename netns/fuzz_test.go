@@ -21,7 +21,7 @@ const (
 	 "is_sriov": false}`
 	fuzzNetworkBody = `{"mac_address": "fa:16:3e:bb:00:02", "mtu": 1400,
 	 "fixed_ips": [{"ip_address": "198.51.100.20", "subnet_cidr": "198.51.100.0/24", "gateway": "198.51.100.1",
-	                "host_routes": [{"nexthop": "198.51.100.254", "destination": "192.0.2.0/24"}]},
+	                "host_routes": [{"nexthop": "198.51.100.254", "destination": "192.0.2.9/24"}]},
 	               {"ip_address": "2001:db8:0:2::20", "subnet_cidr": "2001:db8:0:2::/64", "gateway": null, "host_routes": []}],
 	 "vip_net_info": {"vip": "203.0.113.10", "subnet_cidr": "203.0.113.0/24", "gateway": null, "mac_address": "x"}}`
 )
@@ -38,6 +38,19 @@ func checkAddr(t *testing.T, a netip.Addr, p netip.Prefix) {
 	t.Helper()
 	if !a.IsValid() || a.Zone() != "" || a.Is4In6() || !p.IsValid() || p.Masked() != p || p.Addr().Is4() != a.Is4() {
 		t.Fatalf("validated %v in %v", a, p)
+	}
+}
+
+// checkHostRoutes: validated host routes have a destination that is a
+// network without host bits and a next hop, both of the subnet's family.
+func checkHostRoutes(t *testing.T, routes []HostRoute, subnet netip.Prefix) {
+	t.Helper()
+	for _, hr := range routes {
+		dst, err := parseNetwork(hr.Destination)
+		hop, herr := parseAddr(hr.Nexthop)
+		if err != nil || herr != nil || dst.Masked() != dst || dst.Addr().Is4() != subnet.Addr().Is4() || hop.Is4() != subnet.Addr().Is4() {
+			t.Fatalf("validated host route %+v in %v", hr, subnet)
+		}
 	}
 }
 
@@ -71,7 +84,7 @@ func FuzzPlugVIP(f *testing.F) {
 			return
 		}
 		jsonRoundTrip(t, r, DecodeVIPRequest)
-		specs, err := validateVIPs(vip, r)
+		specs, _, err := validateVIPs(vip, r)
 		if err != nil {
 			if !badRequest(err) {
 				t.Fatalf("validation error %v", err)
@@ -83,6 +96,7 @@ func FuzzPlugVIP(f *testing.F) {
 		}
 		for _, s := range specs {
 			checkAddr(t, s.addr, s.subnet)
+			checkHostRoutes(t, s.hostRoutes, s.subnet)
 		}
 		a, bits, err := validateVRRP(r, specs[0].subnet)
 		if err != nil {
@@ -111,7 +125,7 @@ func FuzzPlugNetwork(f *testing.F) {
 			return
 		}
 		jsonRoundTrip(t, r, DecodeNetworkRequest)
-		specs, err := validateFixedIPs(r.FixedIPs)
+		specs, _, err := validateFixedIPs(r.FixedIPs)
 		if err != nil {
 			if !badRequest(err) {
 				t.Fatalf("validation error %v", err)
@@ -120,6 +134,7 @@ func FuzzPlugNetwork(f *testing.F) {
 		}
 		for _, s := range specs {
 			checkAddr(t, s.addr, s.subnet)
+			checkHostRoutes(t, s.hostRoutes, s.subnet)
 		}
 	})
 }

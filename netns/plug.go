@@ -30,10 +30,11 @@ func (n *Network) PlugVIP(ctx context.Context, vip string, body []byte) (string,
 	if err != nil {
 		return "", err
 	}
-	vips, err := validateVIPs(vip, req)
+	vips, fixes, err := validateVIPs(vip, req)
 	if err != nil {
 		return "", err
 	}
+	n.warnFixes(fixes)
 	vrrp, vrrpLen, err := validateVRRP(req, vips[0].subnet)
 	if err != nil {
 		return "", err
@@ -69,6 +70,15 @@ func (n *Network) PlugVIP(ctx context.Context, vip string, body []byte) (string,
 		n.advertise(ctx, adv)
 	}
 	return fmt.Sprintf("VIPs plugged on interface %s: %s", VIPInterface, strings.Join(addrs, ", ")), nil
+}
+
+// warnFixes logs each host route destination the validation corrected:
+// the subnet's owner should fix the route in Neutron.
+func (n *Network) warnFixes(fixes []hostRouteFix) {
+	for _, f := range fixes {
+		n.log.Warn("host route destination has host bits set; applying its network instead",
+			zap.String("field", f.Field), zap.String("sent", f.Sent), zap.Stringer("applied", f.Applied))
+	}
 }
 
 func deref(p *int) int {
@@ -214,10 +224,11 @@ func (n *Network) PlugNetwork(ctx context.Context, body []byte) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	fixed, err := validateFixedIPs(req.FixedIPs)
+	fixed, fixes, err := validateFixedIPs(req.FixedIPs)
 	if err != nil {
 		return "", err
 	}
+	n.warnFixes(fixes)
 	mac, err := n.prepare(req.MACAddress)
 	if err != nil {
 		return "", err
@@ -269,10 +280,11 @@ func (n *Network) updatedFile(name string, req *NetworkRequest, fixed []fixedIPS
 		return renderPortFile(name, deref(req.MTU), fixed, sriov, n.cfg.MasqueradeScript), "Error plugging network", nil
 	}
 	info := req.VIPNetInfo
-	vips, err := validateVIPs(info.VIP, &info.VIPRequest)
+	vips, fixes, err := validateVIPs(info.VIP, &info.VIPRequest)
 	if err != nil {
 		return nil, "", err
 	}
+	n.warnFixes(fixes)
 	vrrp, vrrpLen, err := validateVRRP(&info.VIPRequest, vips[0].subnet)
 	if err != nil {
 		return nil, "", err

@@ -117,9 +117,10 @@ func parseAddr(s string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
-// parseStrictNetwork parses a network whose host bits must be zero; a
-// bare address is a host network, as Python's ip_network has it.
-func parseStrictNetwork(s string) (netip.Prefix, error) {
+// parseNetwork parses a network as Python's ip_network(strict=False)
+// does: a prefix, or a bare address as a host network. Host bits are kept
+// for the caller to judge; an IPv4-mapped network stays IPv6.
+func parseNetwork(s string) (netip.Prefix, error) {
 	var p netip.Prefix
 	if strings.Contains(s, "/") {
 		var err error
@@ -127,17 +128,34 @@ func parseStrictNetwork(s string) (netip.Prefix, error) {
 		if err != nil || p.Addr().Zone() != "" {
 			return p, fmt.Errorf("'%s' does not appear to be an IPv4 or IPv6 network", s)
 		}
-	} else {
-		a, err := netip.ParseAddr(s)
-		if err != nil || a.Zone() != "" {
-			return p, fmt.Errorf("'%s' does not appear to be an IPv4 or IPv6 network", s)
-		}
-		p = netip.PrefixFrom(a, a.BitLen())
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return p, fmt.Errorf("'%s' does not appear to be an IPv4 or IPv6 network", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// parseStrictNetwork is parseNetwork refusing host bits, as Python's
+// ip_network does by default.
+func parseStrictNetwork(s string) (netip.Prefix, error) {
+	p, err := parseNetwork(s)
+	if err != nil {
+		return p, err
 	}
 	if p.Masked() != p {
 		return p, fmt.Errorf("%s has host bits set", s)
 	}
 	return p, nil
+}
+
+// hostRouteFix is a host route destination sent with host bits set and
+// the network applied in its place.
+type hostRouteFix struct {
+	Field   string // the destination's place in the request body
+	Sent    string
+	Applied netip.Prefix
 }
 
 func str(p *string) string {
@@ -149,52 +167,70 @@ func str(p *string) string {
 
 // validateVIPs checks the primary VIP and the additional ones as upstream
 // does before touching anything: each address, and each subnet as a strict
-// network. The message is "Invalid VIP: <reason>".
-func validateVIPs(vip string, r *VIPRequest) ([]vipSpec, error) {
+// network. The message is "Invalid VIP: <reason>". It also returns the
+// host route destinations it corrected.
+func validateVIPs(vip string, r *VIPRequest) ([]vipSpec, []hostRouteFix, error) {
 	all := []AdditionalVIP{{IPAddress: vip, SubnetCIDR: r.SubnetCIDR, Gateway: r.Gateway, HostRoutes: r.HostRoutes}}
 	all = append(all, r.AdditionalVIPs...)
 	out := make([]vipSpec, 0, len(all))
-	for _, v := range all {
+	var fixes []hostRouteFix
+	for i, v := range all {
 		a, err := parseAddr(v.IPAddress)
 		if err != nil {
-			return nil, fault.Invalid("Invalid VIP: " + err.Error())
+			return nil, nil, fault.Invalid("Invalid VIP: " + err.Error())
 		}
 		p, err := parseStrictNetwork(v.SubnetCIDR)
 		if err != nil {
-			return nil, fault.Invalid("Invalid VIP: " + err.Error())
+			return nil, nil, fault.Invalid("Invalid VIP: " + err.Error())
 		}
 		if !p.Contains(a) {
-			return nil, fault.Invalid(fmt.Sprintf("Invalid VIP: %s is not in subnet %s", v.IPAddress, v.SubnetCIDR))
+			return nil, nil, fault.Invalid(fmt.Sprintf("Invalid VIP: %s is not in subnet %s", v.IPAddress, v.SubnetCIDR))
 		}
-		if err := validateHostRoutes(v.HostRoutes, p); err != nil {
-			return nil, fault.Invalid("Invalid VIP: " + err.Error())
+		at := ""
+		if i > 0 {
+			at = fmt.Sprintf("additional_vips[%d].", i-1)
 		}
-		out = append(out, vipSpec{addr: a, subnet: p, gateway: str(v.Gateway), hostRoutes: v.HostRoutes})
+		routes, corrected, err := validateHostRoutes(v.HostRoutes, p, at)
+		if err != nil {
+			return nil, nil, fault.Invalid("Invalid VIP: " + err.Error())
+		}
+		fixes = append(fixes, corrected...)
+		out = append(out, vipSpec{addr: a, subnet: p, gateway: str(v.Gateway), hostRoutes: routes})
 	}
-	return out, nil
+	return out, fixes, nil
 }
 
-// validateHostRoutes checks each route as the kernel will need it: a
-// network without host bits and a next hop address, both of the subnet's
-// family. The error names the field.
-func validateHostRoutes(routes []HostRoute, subnet netip.Prefix) error {
+// validateHostRoutes checks each route as upstream's bring-up needs it,
+// which fails the plug on anything else: a destination network and a next
+// hop address, both of the subnet's family. A destination with host bits
+// set, which Neutron accepts, comes back as its network (upstream hands
+// it to the kernel, which refuses it) and is listed in the fixes, named
+// with at before its field. Errors name the field without at.
+func validateHostRoutes(routes []HostRoute, subnet netip.Prefix, at string) ([]HostRoute, []hostRouteFix, error) {
+	out := make([]HostRoute, 0, len(routes))
+	var fixes []hostRouteFix
 	for i, hr := range routes {
-		dst, err := parseStrictNetwork(hr.Destination)
+		dst, err := parseNetwork(hr.Destination)
 		if err != nil {
-			return fmt.Errorf("host_routes[%d].destination: %v", i, err)
+			return nil, nil, fmt.Errorf("host_routes[%d].destination: %v", i, err)
 		}
 		hop, err := parseAddr(hr.Nexthop)
 		if err != nil {
-			return fmt.Errorf("host_routes[%d].nexthop: %v", i, err)
+			return nil, nil, fmt.Errorf("host_routes[%d].nexthop: %v", i, err)
 		}
 		if dst.Addr().Is4() != subnet.Addr().Is4() {
-			return fmt.Errorf("host_routes[%d].destination: %s is not of the family of subnet %s", i, hr.Destination, subnet)
+			return nil, nil, fmt.Errorf("host_routes[%d].destination: %s is not of the family of subnet %s", i, hr.Destination, subnet)
 		}
 		if hop.Is4() != subnet.Addr().Is4() {
-			return fmt.Errorf("host_routes[%d].nexthop: %s is not of the family of subnet %s", i, hr.Nexthop, subnet)
+			return nil, nil, fmt.Errorf("host_routes[%d].nexthop: %s is not of the family of subnet %s", i, hr.Nexthop, subnet)
 		}
+		if dst.Masked() != dst {
+			fixes = append(fixes, hostRouteFix{Field: fmt.Sprintf("%shost_routes[%d].destination", at, i), Sent: hr.Destination, Applied: dst.Masked()})
+			hr.Destination = dst.Masked().String()
+		}
+		out = append(out, hr)
 	}
-	return nil
+	return out, fixes, nil
 }
 
 // validateVRRP checks vrrp_ip; its prefix length is the primary subnet's.
@@ -215,22 +251,26 @@ func validateVRRP(r *VIPRequest, primary netip.Prefix) (netip.Addr, int, error) 
 }
 
 // validateFixedIPs checks every fixed IP address ("Invalid network port")
-// and its subnet.
-func validateFixedIPs(fixed []FixedIP) ([]fixedIPSpec, error) {
+// and its subnet, and returns the host route destinations it corrected.
+func validateFixedIPs(fixed []FixedIP) ([]fixedIPSpec, []hostRouteFix, error) {
 	out := make([]fixedIPSpec, 0, len(fixed))
+	var fixes []hostRouteFix
 	for i, f := range fixed {
 		a, err := parseAddr(f.IPAddress)
 		if err != nil {
-			return nil, fault.Invalid("Invalid network port")
+			return nil, nil, fault.Invalid("Invalid network port")
 		}
 		p, err := parseStrictNetwork(f.SubnetCIDR)
 		if err != nil || p.Addr().Is4() != a.Is4() {
-			return nil, fault.Invalid("Invalid network port")
+			return nil, nil, fault.Invalid("Invalid network port")
 		}
-		if err := validateHostRoutes(f.HostRoutes, p); err != nil {
-			return nil, fault.Invalid("Invalid network port", fmt.Sprintf("fixed_ips[%d].%v", i, err))
+		at := fmt.Sprintf("fixed_ips[%d].", i)
+		routes, corrected, err := validateHostRoutes(f.HostRoutes, p, at)
+		if err != nil {
+			return nil, nil, fault.Invalid("Invalid network port", at+err.Error())
 		}
-		out = append(out, fixedIPSpec{address: f.IPAddress, addr: a, subnet: p, gateway: str(f.Gateway), hostRoutes: f.HostRoutes})
+		fixes = append(fixes, corrected...)
+		out = append(out, fixedIPSpec{address: f.IPAddress, addr: a, subnet: p, gateway: str(f.Gateway), hostRoutes: routes})
 	}
-	return out, nil
+	return out, fixes, nil
 }

@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,15 +50,6 @@ func newNetRig(t *testing.T) *netRig {
 	return r
 }
 
-func (r *netRig) call(t *testing.T, method, path, body string, wantStatus int) string {
-	t.Helper()
-	status, ctype, out := r.env.Do(method, path, []byte(body))
-	if status != wantStatus || ctype != "application/json" {
-		t.Fatalf("%s %s = %d %s %s, want %d application/json\nagent output:\n%s", method, path, status, ctype, out, wantStatus, r.env.Output())
-	}
-	return string(out)
-}
-
 // state is what must survive a reboot: addresses, MTUs, static routes of
 // every table, rules and the firewall.
 func (r *netRig) state(t *testing.T) string {
@@ -86,41 +75,6 @@ func (r *netRig) nft(t *testing.T) string {
 		t.Fatalf("%v\nagent output:\n%s", err, r.env.Output())
 	}
 	return string(out)
-}
-
-// loadBalancer has the agent run a load balancer on the plugged VIP: port
-// 80 (both families) and 8080, which the firewall leaves closed, to the
-// member. HAProxy outlives the agent; the returned watcher kills it.
-func (r *netRig) loadBalancer(t *testing.T) *haproxyMasters {
-	t.Helper()
-	const lb = "7c0ffee0-0000-4000-8000-00000000b001"
-	base := r.env.Path("lib")
-	text := plainLBConfig(base, lb, netMember+":80", netVIP+":80", netVIP6+":80", netVIP+":8080")
-	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
-	r.call(t, "PUT", "/1.0/loadbalancer/"+r.env.AmphoraID+"/"+lb+"/haproxy", text, 202)
-	r.call(t, "PUT", "/1.0/loadbalancer/"+lb+"/start", "", 202)
-	return hap
-}
-
-func (r *netRig) get(t *testing.T, url string) string {
-	t.Helper()
-	c := r.client.HTTPClient(false)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := c.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return string(body)
-			}
-			err = fmt.Errorf("status %d: %s", resp.StatusCode, body)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s from the client: %v", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // blocked checks that a TCP connection to addr from the client does not

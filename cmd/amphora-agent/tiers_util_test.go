@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
@@ -157,4 +159,52 @@ func plainLBConfig(base, lb, member string, binds ...string) string {
 	}
 	fmt.Fprintf(&b, "    default_backend members\nbackend members\n    server member-1 %s\n", member)
 	return b.String()
+}
+
+// call sends one request to the agent's API and fails the test unless it
+// answers wantStatus with a JSON body, which it returns.
+func (r *netTopology) call(t *testing.T, method, path, body string, wantStatus int) string {
+	t.Helper()
+	status, ctype, out := r.env.Do(method, path, []byte(body))
+	if status != wantStatus || ctype != "application/json" {
+		t.Fatalf("%s %s = %d %s %s, want %d application/json\nagent output:\n%s", method, path, status, ctype, out, wantStatus, r.env.Output())
+	}
+	return string(out)
+}
+
+// loadBalancer has the agent run a load balancer on the plugged VIP: port
+// 80 (both families) and 8080, which the firewall leaves closed, to the
+// member. HAProxy outlives the agent; the returned watcher kills it.
+func (r *netTopology) loadBalancer(t *testing.T) *haproxyMasters {
+	t.Helper()
+	const lb = "7c0ffee0-0000-4000-8000-00000000b001"
+	base := r.env.Path("lib")
+	text := plainLBConfig(base, lb, netMember+":80", netVIP+":80", netVIP6+":80", netVIP+":8080")
+	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
+	r.call(t, "PUT", "/1.0/loadbalancer/"+r.env.AmphoraID+"/"+lb+"/haproxy", text, 202)
+	r.call(t, "PUT", "/1.0/loadbalancer/"+lb+"/start", "", 202)
+	return hap
+}
+
+// get sends GET url from the client namespace until it answers 200, for
+// at most 15 s, and returns the body.
+func (r *netTopology) get(t *testing.T, url string) string {
+	t.Helper()
+	c := r.client.HTTPClient(false)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return string(body)
+			}
+			err = fmt.Errorf("status %d: %s", resp.StatusCode, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s from the client: %v", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -320,6 +320,15 @@ func (h *handle) AddRoute(r netns.KRoute) error {
 		if r.Prefsrc.IsValid() && !h.hasAddr(r.Prefsrc) {
 			return unix.EINVAL
 		}
+		// Linux refuses a destination with host bits set, and a next hop
+		// that is one of the namespace's own addresses or multicast
+		// ("Nexthop has invalid gateway"), both with EINVAL.
+		if r.Dst != r.Dst.Masked() {
+			return unix.EINVAL
+		}
+		if r.Gateway.IsValid() && (h.hasAddr(r.Gateway) || r.Gateway.IsMulticast()) {
+			return unix.EINVAL
+		}
 		// Like Linux, one route per destination and table (no metrics).
 		for _, o := range h.space().routes {
 			if o.Table == r.Table && o.Dst.Masked() == r.Dst.Masked() {
