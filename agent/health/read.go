@@ -3,9 +3,9 @@ package health
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,6 +27,9 @@ const (
 	// maxReadWait bounds how long a cycle waits for stats reads (see
 	// readDeadline); a healthy HAProxy answers in milliseconds.
 	maxReadWait = 2 * time.Second
+	// Bounds of the slow-read limit (see slowReadLimit).
+	minSlowRead = 5 * time.Second
+	maxSlowRead = 10 * time.Second
 )
 
 // Forget drops the cached reading of lb so that it can never stand in for
@@ -34,96 +37,167 @@ const (
 func (s *Sender) Forget(lb string) {
 	s.cacheMu.Lock()
 	delete(s.cache, lb)
+	delete(s.unresponsive, lb)
 	s.cacheMu.Unlock()
 }
 
+// inflight is one LB's stats read under way. A read belongs to no cycle:
+// it may outlive the cycle that started it, and the next cycle joins it
+// instead of starting another.
+type inflight struct {
+	done chan struct{} // closed when the fields below are set
+	r    Reading
+	ok   bool
+	// decided is false when the read was cut off before its outcome was
+	// known (it took longer than the slow-read limit).
+	decided bool
+}
+
 // readAll reads every LB's stats concurrently and returns the readings in
-// the order of lbs and how many LBs they cover. It waits at most until the
-// read deadline: a reader still busy then (a stopped or wedged HAProxy) is
-// cancelled and its LB handled as a failed read, so that no one HAProxy
-// delays the heartbeat.
+// the order of lbs and how many LBs they cover. Upstream blocks until
+// HAProxy answers, and the health manager takes a heartbeat without some
+// listener as a fault, so a slow HAProxy must not drop out: the cycle
+// waits for a read up to the soft deadline, and then lets the LB's last
+// good reading stand in while the read goes on. An LB with no reading yet
+// is waited for until its read ends (at most the slow-read limit). An LB
+// whose read hit that limit is unresponsive: it is waited for only up to
+// the soft deadline and has no stand-in until it answers again, so a
+// wedged HAProxy holds nobody back and is not reported as healthy.
 func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) ([]Reading, int) {
-	limit := s.readDeadline
+	every := interval(cfg)
+	soft := s.readDeadline
+	if soft <= 0 {
+		soft = readDeadline(every)
+	}
+	limit := s.slowRead
 	if limit <= 0 {
-		limit = readDeadline(interval(cfg))
+		limit = slowReadLimit(every)
 	}
-	rctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	type result struct {
-		r          Reading
-		ok, done   bool
-		noDecision bool // the reader was cut short and decided nothing
-	}
-	var mu sync.Mutex
-	results := make([]result, len(lbs))
-	late := false
-	// Each reader reports on finished (buffered: a reader never waits),
-	// so the cycle waits for the count without a goroutine of its own.
-	finished := make(chan struct{}, len(lbs))
-	started := 0
+	softOver := make(chan struct{})
+	timer := time.AfterFunc(soft, func() { close(softOver) })
+	defer timer.Stop()
+
+	reads := make([]*inflight, len(lbs))
 	for i, lb := range lbs {
-		if !s.startRead(lb) {
-			continue // an earlier reader of this LB has not returned yet
-		}
-		started++
-		go func() {
-			defer func() { finished <- struct{}{} }()
-			defer s.endRead(lb)
-			r, ok, decided := s.readRunning(rctx, lb)
-			mu.Lock()
-			defer mu.Unlock()
-			if !late {
-				results[i] = result{r: r, ok: ok, done: true, noDecision: !decided}
-			}
-		}()
+		reads[i] = s.startRead(ctx, lb, limit)
 	}
-wait:
-	for ; started > 0; started-- {
+	for i, rd := range reads {
+		if s.waitsSoftly(lbs[i]) {
+			select {
+			case <-rd.done:
+			case <-softOver:
+			case <-ctx.Done():
+			}
+			continue
+		}
 		select {
-		case <-finished:
-		case <-rctx.Done():
-			break wait
+		case <-rd.done:
+		case <-ctx.Done():
 		}
 	}
-	mu.Lock()
-	late = true
-	mu.Unlock()
+
 	var readings []Reading
-	for i, lb := range lbs {
-		res := results[i]
-		if !res.done || res.noDecision {
-			if ok, n := s.limit.allow("late:"+lb, time.Now()); ok {
-				s.log.Warn("HAProxy stats not read in time; the heartbeat goes without waiting for them",
-					zap.String("lb", lb), zap.Duration("deadline", limit), zap.Int("suppressed_since_last_log", n))
+	for i, rd := range reads {
+		lb := lbs[i]
+		var r Reading
+		var ok bool
+		select {
+		case <-rd.done:
+			r, ok = rd.r, rd.ok
+			if !rd.decided {
+				r, ok = s.standIn(lb, fmt.Errorf("stats read took longer than %v", limit))
 			}
-			res.r, res.ok = s.standIn(lb, errors.New("stats read did not finish in time"))
+		default:
+			r, ok = s.lateStandIn(lb, soft)
 		}
-		if res.ok {
-			readings = append(readings, res.r)
+		if ok {
+			readings = append(readings, r)
 		}
 	}
 	return readings, len(readings)
 }
 
-// readDeadline is how long a cycle waits for the stats reads: well inside
-// the interval, and never more than maxReadWait.
+// readDeadline is the soft deadline: how long a cycle waits for an LB's
+// stats before its last reading stands in. Well inside the interval, and
+// never more than maxReadWait.
 func readDeadline(every time.Duration) time.Duration { return min(every/2, maxReadWait) }
 
-// startRead marks lb as being read; false when it already is.
-func (s *Sender) startRead(lb string) bool {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	if s.reading[lb] {
-		return false
-	}
-	s.reading[lb] = true
-	return true
+// slowReadLimit is how long one stats read may take before the LB counts
+// as unresponsive: the interval, within [minSlowRead, maxSlowRead], so a
+// heartbeat that waits for it still goes out far inside the health
+// manager's heartbeat_timeout (60 s by default).
+func slowReadLimit(every time.Duration) time.Duration {
+	return min(max(every, minSlowRead), maxSlowRead)
 }
 
-func (s *Sender) endRead(lb string) {
+// waitsSoftly reports whether the cycle waits for lb's read only up to
+// the soft deadline: lb has a reading to stand in, or is known not to
+// answer.
+func (s *Sender) waitsSoftly(lb string) bool {
 	s.cacheMu.Lock()
-	delete(s.reading, lb)
+	defer s.cacheMu.Unlock()
+	return s.cache[lb] != nil || s.unresponsive[lb]
+}
+
+// startRead returns lb's read under way, or starts one bounded by limit
+// (and by ctx, the sender's life).
+func (s *Sender) startRead(ctx context.Context, lb string, limit time.Duration) *inflight {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if rd := s.reading[lb]; rd != nil {
+		return rd
+	}
+	rd := &inflight{done: make(chan struct{})}
+	s.reading[lb] = rd
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		r, ok, decided := s.readRunning(rctx, lb)
+		if !decided && ctx.Err() == nil {
+			s.markUnresponsive(lb, limit)
+		}
+		rd.r, rd.ok, rd.decided = r, ok, decided
+		s.cacheMu.Lock()
+		delete(s.reading, lb)
+		s.cacheMu.Unlock()
+		close(rd.done)
+	}()
+	return rd
+}
+
+// markUnresponsive notes that lb's read took longer than limit. Its last
+// reading has stood in all that time: it stands in no more.
+func (s *Sender) markUnresponsive(lb string, limit time.Duration) {
+	s.cacheMu.Lock()
+	s.unresponsive[lb] = true
+	if c := s.cache[lb]; c != nil {
+		c.spare = false
+	}
 	s.cacheMu.Unlock()
+	if ok, n := s.limit.allow("unresponsive:"+lb, time.Now()); ok {
+		s.log.Warn("HAProxy did not answer a stats read in time; its load balancer is left out of heartbeats until it answers",
+			zap.String("lb", lb), zap.Duration("limit", limit), zap.Int("suppressed_since_last_log", n))
+	}
+}
+
+// lateStandIn is lb's last good reading while its read is still under
+// way, unless lb is unresponsive; it logs what it did.
+func (s *Sender) lateStandIn(lb string, soft time.Duration) (Reading, bool) {
+	s.cacheMu.Lock()
+	c, gone := s.cache[lb], s.unresponsive[lb]
+	s.cacheMu.Unlock()
+	if c != nil && !gone {
+		if ok, n := s.limit.allow("late:"+lb, time.Now()); ok {
+			s.log.Warn("HAProxy stats slow to come; the previous reading stands in while the read goes on",
+				zap.String("lb", lb), zap.Duration("waited", soft), zap.Int("suppressed_since_last_log", n))
+		}
+		return c.reading, true
+	}
+	if ok, n := s.limit.allow("unavailable:"+lb, time.Now()); ok {
+		s.log.Warn("HAProxy stats unavailable; the load balancer is left out of this heartbeat", zap.String("lb", lb),
+			zap.Error(errors.New("no answer from an unresponsive HAProxy")), zap.Int("suppressed_since_last_log", n))
+	}
+	return Reading{}, false
 }
 
 // readRunning reads one LB that is listed, unless it is stopped. decided
@@ -146,8 +220,8 @@ func (s *Sender) readRunning(ctx context.Context, lb string) (r Reading, ok, dec
 // readLB reads one LB's stats. A read that fails fast is retried briefly
 // (a reload replaces the process behind the socket). If it still fails,
 // the last good reading stands in once, provided the LB still runs; a
-// second failure in a row leaves the LB out. decided is false when ctx
-// ended first.
+// second failure in a row leaves the LB out. decided is false when the
+// read timed out or ctx ended first.
 func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 	start := time.Now()
 	pause := firstRetryPause
@@ -176,16 +250,23 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 				}
 				s.limit.reset("unavailable:" + lb)
 				s.limit.reset("late:" + lb)
+				s.limit.reset("unresponsive:" + lb)
 				if attempt > 1 {
 					s.log.Debug("stats read succeeded after retrying", zap.String("lb", lb), zap.Int("attempts", attempt))
 				}
 				s.cacheMu.Lock()
 				s.cache[lb] = &cached{reading: r, spare: true}
+				delete(s.unresponsive, lb)
 				s.cacheMu.Unlock()
 				return r, true, true
 			}
 		}
-		if stats.Timeout(err) || ctx.Err() != nil || time.Since(start)+pause > s.retryBudget {
+		if stats.Timeout(err) || ctx.Err() != nil {
+			// Cut off at the slow-read limit (the socket's deadline may
+			// fire a moment before ctx's): the outcome is unknown.
+			return Reading{}, false, false
+		}
+		if time.Since(start)+pause > s.retryBudget {
 			break
 		}
 		if !sleep(ctx, pause) {
@@ -269,6 +350,11 @@ func (s *Sender) pruneCache(lbs []string) {
 	for lb := range s.cache {
 		if !slices.Contains(lbs, lb) {
 			delete(s.cache, lb)
+		}
+	}
+	for lb := range s.unresponsive {
+		if !slices.Contains(lbs, lb) {
+			delete(s.unresponsive, lb)
 		}
 	}
 	for lb := range s.scratch {

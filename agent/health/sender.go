@@ -34,9 +34,12 @@ type Options struct {
 	// ReadRetryBudget bounds the retries of one LB's stats read
 	// (DefaultReadRetryBudget when zero).
 	ReadRetryBudget time.Duration
-	// ReadDeadline bounds how long a cycle waits for the stats of all LBs,
-	// read concurrently (half the interval, at most 2 s, when zero).
+	// ReadDeadline is how long a cycle waits for an LB's stats before its
+	// last reading stands in (half the interval, at most 2 s, when zero).
 	ReadDeadline time.Duration
+	// SlowReadLimit is how long one LB's stats read may take before the
+	// LB counts as unresponsive (the interval within 5 to 10 s when zero).
+	SlowReadLimit time.Duration
 	// Sent, when set, is called after each datagram is handed to the
 	// kernel (tests and metrics); datagram is only valid during the call.
 	Sent func(dest string, datagram []byte)
@@ -51,6 +54,7 @@ type Sender struct {
 	base         string
 	retryBudget  time.Duration
 	readDeadline time.Duration
+	slowRead     time.Duration
 	sent         func(string, []byte)
 
 	cfg     atomic.Pointer[config.Config]
@@ -75,9 +79,12 @@ type Sender struct {
 	state stateRecord
 
 	cacheMu sync.Mutex
-	cache   map[string]*cached // per LB seen running: its last good reading
-	reading map[string]bool    // LBs whose stats read is under way
-	scratch map[string]*readScratch
+	cache   map[string]*cached   // per LB seen running: its last good reading
+	reading map[string]*inflight // per LB: its stats read under way
+	// unresponsive holds the LBs whose last read took longer than the
+	// slow-read limit, until one answers.
+	unresponsive map[string]bool
+	scratch      map[string]*readScratch
 }
 
 // New prepares a sender; Run starts it.
@@ -89,7 +96,9 @@ func New(o Options) *Sender {
 		base:         o.Config.BasePath,
 		retryBudget:  o.ReadRetryBudget,
 		readDeadline: o.ReadDeadline,
-		reading:      map[string]bool{},
+		slowRead:     o.SlowReadLimit,
+		reading:      map[string]*inflight{},
+		unresponsive: map[string]bool{},
 		sent:         o.Sent,
 		changed:      make(chan struct{}, 1),
 		limit:        limiter{every: logEvery},
