@@ -84,8 +84,14 @@ exit $status
 }
 
 // Validator checks a staged keepalived config and returns keepalived's
-// output; an error means the config must not be used.
+// output; an error means the config must not be used, except
+// ErrComplaints.
 type Validator func(ctx context.Context, path string) (string, error)
+
+// ErrComplaints is what a Validator returns, with keepalived's output, for
+// a config keepalived finds fault with but runs all the same, skipping
+// what it names: the config is stored and the complaints are logged.
+var ErrComplaints = errors.New("keepalived -t complains about parts keepalived skips")
 
 // VRRPStore keeps the controller's VRRP keepalived config: validated
 // before it replaces the stored one, with check_script.sh and the
@@ -118,7 +124,11 @@ func storeValidated(ctx context.Context, validate Validator, log *zap.Logger, bo
 	if err := fsutil.WriteFile(staged, body, 0o644); err != nil {
 		return fault.Internalf("staging the keepalived config: %w", err)
 	}
-	if out, err := validate(ctx, staged); err != nil {
+	out, err := validate(ctx, staged)
+	if errors.Is(err, ErrComplaints) {
+		log.Warn("keepalived config stored despite keepalived -t's complaints; keepalived skips what they name",
+			zap.String("config", final), zap.String("output", out))
+	} else if err != nil {
 		if rerr := os.Rename(staged, failed); rerr != nil {
 			os.Remove(staged)
 		}
@@ -142,8 +152,12 @@ func (s *VRRPStore) Configured() bool {
 }
 
 // Test is a Validator running `keepalived -t` inside the namespace, where
-// the config's interfaces are. Exit status 6 only reports script security
-// warnings, which every controller-rendered config draws.
+// the config's interfaces are. keepalived -t fails controller configs for
+// parts keepalived skips while it runs the rest (a pool without members,
+// an IPv6 persistence_granularity), and upstream stores every config
+// unchecked: so only braces that do not pair up, which Octavia's
+// templates cannot produce, refuse a config, and other faults come with
+// ErrComplaints. Exit status 6 (script security) hides all other faults.
 func Test(cmdPath, namespace string) Validator {
 	return func(ctx context.Context, path string) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, validateTimeout)
@@ -156,10 +170,16 @@ func Test(cmdPath, namespace string) Validator {
 		switch {
 		case err == nil:
 			return text, nil
-		case errors.As(err, &ee) && ee.ExitCode() == exitConfigTestSecurity:
-			return text, nil
 		case ctx.Err() != nil:
 			return text, fmt.Errorf("keepalived -t did not finish: %w", ctx.Err())
+		case errors.As(err, &ee) && (ee.ExitCode() == exitConfigTest || ee.ExitCode() == exitConfigTestSecurity):
+			if unpairedBraces(text) {
+				return text, err
+			}
+			if ee.ExitCode() == exitConfigTest {
+				return text, ErrComplaints
+			}
+			return text, nil
 		}
 		if text == "" {
 			text = err.Error()
@@ -168,5 +188,17 @@ func Test(cmdPath, namespace string) Validator {
 	}
 }
 
-// exitConfigTestSecurity is keepalived's KEEPALIVED_EXIT_CONFIG_TEST_SECURITY.
-const exitConfigTestSecurity = 6
+// keepalived's KEEPALIVED_EXIT_CONFIG_TEST (the test found errors) and
+// KEEPALIVED_EXIT_CONFIG_TEST_SECURITY (scripts without script security).
+const (
+	exitConfigTest         = 5
+	exitConfigTestSecurity = 6
+)
+
+// unpairedBraces reports whether keepalived's output says the config's
+// braces do not pair up: a body cut short, or not keepalived's at all.
+// Should a later keepalived word it otherwise, such configs are stored
+// with their complaints logged, as upstream stores them.
+func unpairedBraces(output string) bool {
+	return strings.Contains(output, "Extra '}' found") || strings.Contains(output, "missing '}'s or extra '{'s")
+}

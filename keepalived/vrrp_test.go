@@ -3,13 +3,16 @@ package keepalived
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
@@ -122,25 +125,55 @@ func TestInvalidUploadKeepsTheOldConfig(t *testing.T) {
 	}
 }
 
-// keepalived -t itself: a syntax error is refused with keepalived's words;
-// a valid config passes.
+// keepalived -t itself: a config whose braces do not pair up is refused
+// with keepalived's words and kept aside, also when a check script makes
+// keepalived exit with 6; one keepalived only finds fault with (an
+// unknown keyword, a virtual server without real servers) is stored and
+// the complaints logged, as upstream stores every config; a clean one is
+// stored without a word.
 func TestKeepalivedTest(t *testing.T) {
 	bin, err := exec.LookPath("keepalived")
 	if err != nil {
 		t.Skip("keepalived is not installed (make test installs it)")
 	}
-	v := NewVRRP(VRRPOptions{Base: t.TempDir(), Options: Options{Cmd: bin, Log: zaptest.NewLogger(t)}})
+	core, logs := observer.New(zap.WarnLevel)
+	v := NewVRRP(VRRPOptions{Base: t.TempDir(), Options: Options{Cmd: bin, Log: zap.New(core)}})
 	ctx := context.Background()
-	err = v.Upload(ctx, []byte("vrrp_instance x {\n    bogus_keyword 1\n    interface\n}\n"))
-	fe, ok := fault.As(err)
-	if !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "Unknown keyword 'bogus_keyword'") {
-		t.Fatalf("invalid config: %v", err)
+	tracked := "vrrp_script chk {\n    script /bin/true\n}\nvrrp_instance x {\n    interface lo\n    virtual_router_id 7\n    track_script {\n        chk\n    }\n"
+	for _, cut := range []string{"vrrp_instance x {\n    interface lo\n", tracked, "global_defs {\n}\n}\n"} {
+		err = v.Upload(ctx, []byte(cut))
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "'}'") {
+			t.Fatalf("braces that do not pair up %q: %v", cut, err)
+		}
+		if _, err := os.Stat(v.Layout().ConfigPath()); !os.IsNotExist(err) {
+			t.Fatalf("a refused first upload was stored: %v", err)
+		}
+		if got, _ := os.ReadFile(v.Layout().failedPath()); string(got) != cut {
+			t.Fatalf("refused config kept as %q", got)
+		}
 	}
-	if _, err := os.Stat(v.Layout().ConfigPath()); !os.IsNotExist(err) {
-		t.Fatalf("an invalid first upload was stored: %v", err)
-	}
-	if err := v.Upload(ctx, []byte("global_defs {\n    router_id amp\n}\n")); err != nil {
-		t.Fatalf("valid config: %v", err)
+	for _, c := range []struct{ body, complaint string }{
+		{"vrrp_instance x {\n    bogus_keyword 1\n}\n", "Unknown keyword 'bogus_keyword'"},
+		{"virtual_server 192.0.2.1 53 {\n    protocol UDP\n}\n", "has no real servers"},
+		{tracked + "}\n", ""}, // exit status 6, as every controller VRRP config
+		{"global_defs {\n    router_id amp\n}\n", ""},
+	} {
+		body, complaint := c.body, c.complaint
+		before := logs.Len()
+		if err := v.Upload(ctx, []byte(body)); err != nil {
+			t.Fatalf("%q refused: %v", body, err)
+		}
+		if got, _ := os.ReadFile(v.Layout().ConfigPath()); string(got) != body {
+			t.Fatalf("stored %q, want %q", got, body)
+		}
+		warned := logs.All()[before:]
+		switch {
+		case complaint == "" && len(warned) != 0:
+			t.Fatalf("%q: warned %v", body, warned)
+		case complaint != "" && (len(warned) != 1 || !strings.Contains(fmt.Sprint(warned[0].ContextMap()["output"]), complaint)):
+			t.Fatalf("%q: warned %v, want keepalived's %q", body, warned, complaint)
+		}
 	}
 }
 

@@ -217,9 +217,10 @@ func TestVRRPActiveStandby(t *testing.T) {
 		t.Fatalf("no heartbeat before the VRRP upload\n%s", a.env.Output())
 	}
 
-	// An invalid config is refused with keepalived's words.
-	status, _, body := a.env.Do("PUT", "/1.0/vrrp/upload", []byte("vrrp_instance x {\n    bogus_keyword 1\n}\n"))
-	if status != 400 || !strings.HasPrefix(string(body), `{"message":"Invalid request","details":"`) || !strings.Contains(string(body), "bogus_keyword") {
+	// A config cut short is refused with keepalived's words.
+	cut := a.config(b.addr)
+	status, _, body := a.env.Do("PUT", "/1.0/vrrp/upload", []byte(cut[:strings.LastIndex(cut, "}")]))
+	if status != 400 || !strings.HasPrefix(string(body), `{"message":"Invalid request","details":"`) || !strings.Contains(string(body), "missing '}'") {
 		t.Fatalf("invalid upload: %d %s", status, body)
 	}
 	for _, amp := range []*vrrpAmp{a, b} {
