@@ -238,3 +238,83 @@ func TestHeartbeatSystemSIGHUPKeepsConfigOnBrokenFile(t *testing.T) {
 		}
 	}
 }
+
+// A HAProxy worker stopped (SIGSTOP) for 3 s answers no stats read, yet
+// every heartbeat of those 3 s carries its listener: the last reading
+// stands in while the read goes on, as a busy HAProxy must not look like
+// a failed one to the health manager. Once the worker runs again, fresh
+// readings follow.
+func TestHeartbeatSystemStoppedWorkerKeepsListener(t *testing.T) {
+	topo.RequireRoot(t)
+	name := topo.UniqueName("hbstop")
+	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: name, Members: 1})
+	hm := newHBReceiver(t)
+	env := testenv.New(t)
+	env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\n", name, hm.addr())
+	env.Start()
+	base := env.Path("lib")
+	t.Cleanup(func() { hbRemoveLB(t, env, base) })
+	members := []hbMember{{ID: "e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", Addr: lb.Members[0].HostPort(), Weight: 1, Check: true}}
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+env.AmphoraID+"/"+hbLB+"/haproxy", []byte(hbConfig(t, base, net.JoinHostPort(lb.VIP, "80"), members))); status != 202 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+hbLB+"/start", nil); status != 202 {
+		t.Fatalf("start: %d %s\n%s", status, body, env.Output())
+	}
+	key := "insecure"
+	hm.waitFor(hbWait, key, "the listener OPEN", func(m health.Message) bool {
+		return m.Listeners[hbListener].Status == "OPEN"
+	})
+
+	cfgPath := filepath.Join(base, hbLB, "haproxy.cfg")
+	var workers []int
+	for _, pid := range daemonsOf("haproxy", cfgPath) {
+		if !slices.Contains(mainsOf("haproxy", cfgPath), pid) {
+			workers = append(workers, pid)
+		}
+	}
+	if len(workers) == 0 {
+		t.Fatalf("no HAProxy worker runs %s", cfgPath)
+	}
+	resume := func() {
+		for _, pid := range workers {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	for _, pid := range workers {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const stop = 3 * time.Second
+	stopped := time.Now()
+	// Heartbeats built before the stop may still wait in the socket; they
+	// carry the listener too, so every datagram of the stop is checked.
+	beats := 0
+	for time.Since(stopped) < stop {
+		d := hm.next(stopped.Add(stop))
+		if d == nil {
+			break
+		}
+		m, err := health.Decode(d, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		beats++
+		if _, ok := m.Listeners[hbListener]; !ok {
+			t.Fatalf("heartbeat seq %d, %v into the stop, left the listener out: %+v\n%s", m.Seq,
+				time.Since(stopped).Round(time.Millisecond), m, env.Output())
+		}
+	}
+	resume()
+	if beats < 2 {
+		t.Fatalf("%d heartbeats during a %v stop at heartbeat_interval = 1", beats, stop)
+	}
+	resumed := time.Now()
+	m, _ := hm.waitFor(hbWait, key, "a heartbeat after the worker runs again", func(m health.Message) bool {
+		return m.Listeners[hbListener].Status == "OPEN"
+	})
+	t.Logf("%d heartbeats during the %v stop, all with the listener; seq %d %v after SIGCONT", beats, stop, m.Seq,
+		time.Since(resumed).Round(time.Millisecond))
+}
