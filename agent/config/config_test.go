@@ -72,9 +72,15 @@ func TestLoadValues(t *testing.T) {
 		{"read timeout", "[amphora_agent]\nagent_request_read_timeout = 30\n", func(c *Config) any { return c.RequestReadTimeout }, 30 * time.Second, nil},
 		{"TLSv1.3 minimum", "[amphora_agent]\nagent_tls_protocol = TLSv1.3\n", func(c *Config) any { return c.TLSMinVersion }, uint16(tls.VersionTLS13), nil},
 		// The agent warns about it (once), not the loader.
-		{"TLSv1 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = TLSv1\n", func(c *Config) any { return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "TLSv1true true", nil},
-		{"TLSv1.1 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = TLSv1.1\n", func(c *Config) any { return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "TLSv1.1true true", nil},
-		{"SSLv3 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = SSLv3\n", func(c *Config) any { return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "SSLv3true true", nil},
+		{"TLSv1 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = TLSv1\n", func(c *Config) any {
+			return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol())
+		}, "TLSv1true true", nil},
+		{"TLSv1.1 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = TLSv1.1\n", func(c *Config) any {
+			return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol())
+		}, "TLSv1.1true true", nil},
+		{"SSLv3 raised to 1.2", "[amphora_agent]\nagent_tls_protocol = SSLv3\n", func(c *Config) any {
+			return fmt.Sprint(c.TLSProtocol, c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol())
+		}, "SSLv3true true", nil},
 		{"TLSv1.2 is not weak", "[amphora_agent]\nagent_tls_protocol = TLSv1.2\n", func(c *Config) any { return fmt.Sprint(c.TLSMinVersion == tls.VersionTLS12, c.WeakTLSProtocol()) }, "true false", nil},
 		{"facilities", "[amphora_agent]\nadministrative_log_facility = 7\nuser_log_facility = 3\n", func(c *Config) any { return [2]int{c.AdministrativeLogFacility, c.UserLogFacility} }, [2]int{7, 3}, nil},
 		{"deprecated udp driver", "[amphora_agent]\namphora_udp_driver = other\n", func(c *Config) any { return c.Topology }, "SINGLE", []string{"amphora_udp_driver = \"other\": deprecated and ignored"}},

@@ -25,27 +25,7 @@ import (
 // listener OPEN and the members UP; a member whose server stops turns DOWN
 // in a later heartbeat and UP again once it serves again.
 func TestHeartbeatSystemMemberStatus(t *testing.T) {
-	topo.RequireRoot(t)
-	name := topo.UniqueName("hb")
-	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: name, Members: 2})
-	hm := newHBReceiver(t)
-	env := testenv.New(t)
-	env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\n", name, hm.addr())
-	env.Start()
-	base := env.Path("lib")
-	t.Cleanup(func() { hbRemoveLB(t, env, base) })
-
-	members := []hbMember{
-		{ID: "e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", Addr: lb.Members[0].HostPort(), Weight: 1, Check: true},
-		{ID: "f2b3c4d5-e6f7-4081-9203-b4c5d6e7f809", Addr: lb.Members[1].HostPort(), Weight: 1, Check: true},
-	}
-	cfg := hbConfig(t, base, net.JoinHostPort(lb.VIP, "80"), members)
-	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+env.AmphoraID+"/"+hbLB+"/haproxy", []byte(cfg)); status != 202 {
-		t.Fatalf("upload: %d %s", status, body)
-	}
-	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+hbLB+"/start", nil); status != 202 {
-		t.Fatalf("start: %d %s\n%s", status, body, env.Output())
-	}
+	lb, hm, env, members := startHBLoadBalancer(t, "hb", 2)
 	if resp, err := lb.HTTPClient(false).Get(lb.URL(80, "/")); err != nil {
 		t.Fatalf("traffic through the VIP: %v", err)
 	} else {
@@ -94,6 +74,34 @@ func TestHeartbeatSystemMemberStatus(t *testing.T) {
 		return memberStatus(m, 0) == "UP" && memberStatus(m, 1) == "UP"
 	})
 	t.Logf("member 1 serving again: seq %d reports UP after %v", m.Seq, time.Since(restarted).Round(time.Millisecond))
+}
+
+// startHBLoadBalancer starts an agent sending heartbeats every second to
+// hm, and a load balancer with n members in a topology named after
+// prefix; the test's end removes it.
+func startHBLoadBalancer(t *testing.T, prefix string, n int) (*topo.LB, *hbReceiver, *testenv.Env, []hbMember) {
+	topo.RequireRoot(t)
+	name := topo.UniqueName(prefix)
+	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: name, Members: n})
+	hm := newHBReceiver(t)
+	env := testenv.New(t)
+	env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\n", name, hm.addr())
+	env.Start()
+	base := env.Path("lib")
+	t.Cleanup(func() { hbRemoveLB(t, env, base) })
+	ids := []string{"e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", "f2b3c4d5-e6f7-4081-9203-b4c5d6e7f809"}
+	var members []hbMember
+	for i := range n {
+		members = append(members, hbMember{ID: ids[i], Addr: lb.Members[i].HostPort(), Weight: 1, Check: true})
+	}
+	cfg := hbConfig(t, base, net.JoinHostPort(lb.VIP, "80"), members)
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+env.AmphoraID+"/"+hbLB+"/haproxy", []byte(cfg)); status != 202 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+hbLB+"/start", nil); status != 202 {
+		t.Fatalf("start: %d %s\n%s", status, body, env.Output())
+	}
+	return lb, hm, env, members
 }
 
 // hbRemoveLB deletes the LB through the API (the agent stops HAProxy) and
@@ -245,22 +253,8 @@ func TestHeartbeatSystemSIGHUPKeepsConfigOnBrokenFile(t *testing.T) {
 // a failed one to the health manager. Once the worker runs again, fresh
 // readings follow.
 func TestHeartbeatSystemStoppedWorkerKeepsListener(t *testing.T) {
-	topo.RequireRoot(t)
-	name := topo.UniqueName("hbstop")
-	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: name, Members: 1})
-	hm := newHBReceiver(t)
-	env := testenv.New(t)
-	env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\n", name, hm.addr())
-	env.Start()
+	_, hm, env, _ := startHBLoadBalancer(t, "hbstop", 1)
 	base := env.Path("lib")
-	t.Cleanup(func() { hbRemoveLB(t, env, base) })
-	members := []hbMember{{ID: "e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", Addr: lb.Members[0].HostPort(), Weight: 1, Check: true}}
-	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+env.AmphoraID+"/"+hbLB+"/haproxy", []byte(hbConfig(t, base, net.JoinHostPort(lb.VIP, "80"), members))); status != 202 {
-		t.Fatalf("upload: %d %s", status, body)
-	}
-	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+hbLB+"/start", nil); status != 202 {
-		t.Fatalf("start: %d %s\n%s", status, body, env.Output())
-	}
 	key := "insecure"
 	hm.waitFor(hbWait, key, "the listener OPEN", func(m health.Message) bool {
 		return m.Listeners[hbListener].Status == "OPEN"
