@@ -131,6 +131,27 @@ func TestPlugHostRoutesWithHostBits(t *testing.T) {
 	checkWarnings(t, logs, msgRefused)
 }
 
+// TestPlugIPv4MappedNextHop: Neutron accepts a host route of an IPv6
+// subnet whose next hop is written IPv4-mapped; the plug answers 202 with
+// the subnet's other routes applied, and the mapped one is skipped with a
+// warning (the kernel has no IPv6 neighbour there to send to).
+func TestPlugIPv4MappedNextHop(t *testing.T) {
+	r := newRig(t, false)
+	logs := observed(t, r)
+	member := `{"mac_address": "` + memberMAC + `", "mtu": 1400,
+	 "fixed_ips": [{"ip_address": "2001:db8:0:2::20", "subnet_cidr": "2001:db8:0:2::/64", "gateway": null,
+	                "host_routes": [{"nexthop": "::ffff:198.51.100.1", "destination": "2001:db8:98::/48"},
+	                                {"nexthop": "2001:db8:0:2::1", "destination": "2001:db8:99::/48"}]}]}`
+	if got := r.do(context.Background(), step{"network", "", member}); !strings.HasPrefix(got, "ok") {
+		t.Fatalf("plug: %s", got)
+	}
+	checkLines(t, "kernel", r.k.Dump(), []string{"route table 254 2001:db8:99::/48 via 2001:db8:0:2::1 dev eth2 onlink"},
+		[]string{"2001:db8:98::/48"})
+	if n := logs.FilterMessage("skipping an invalid route of an interface file").Len(); n != 1 {
+		t.Errorf("%d warnings for the mapped next hop, want 1", n)
+	}
+}
+
 // refusedBodies are a VIP and a member port whose subnets have a host
 // route the kernel takes and one it refuses: a next hop that is the
 // amphora's own address (VRRP address, member address) or multicast.

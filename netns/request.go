@@ -221,7 +221,13 @@ func validateHostRoutes(routes []HostRoute, subnet netip.Prefix, at string) ([]H
 		if dst.Addr().Is4() != subnet.Addr().Is4() {
 			return nil, nil, fmt.Errorf("host_routes[%d].destination: %s is not of the family of subnet %s", i, hr.Destination, subnet)
 		}
-		if hop.Is4() != subnet.Addr().Is4() {
+		// Neutron takes an IPv4-mapped next hop (::ffff:192.0.2.1) as IPv6;
+		// it is accepted, and skipped with a warning where it is applied.
+		hopIs4 := hop.Is4()
+		if raw, err := netip.ParseAddr(hr.Nexthop); err == nil && raw.Is4In6() {
+			hopIs4 = false
+		}
+		if hopIs4 != subnet.Addr().Is4() {
 			return nil, nil, fmt.Errorf("host_routes[%d].nexthop: %s is not of the family of subnet %s", i, hr.Nexthop, subnet)
 		}
 		if dst.Masked() != dst {
