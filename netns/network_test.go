@@ -578,3 +578,42 @@ func TestScriptsRunWhenLinkComesUp(t *testing.T) {
 		t.Errorf("scripts run: %q, want %q", got, want)
 	}
 }
+
+// TestInterfaceNameStaysInFolder: `interface up|down NAME` applies only a
+// file of the interfaces folder that describes NAME. A name that reads as
+// a path ("../x/evil") must not reach a file elsewhere and run its
+// scripts; it is not found, as upstream, which looks names up among the
+// folder's files.
+func TestInterfaceNameStaysInFolder(t *testing.T) {
+	r := newRig(t, false)
+	ctx := context.Background()
+	if got := r.do(ctx, step{"vip", "203.0.113.10", vipBody4}); !strings.HasPrefix(got, "ok") {
+		t.Fatal(got)
+	}
+	evil := `{"name": "eth1", "addresses": [], "routes": [], "rules": [],
+	 "scripts": {"up": [{"command": "/evil/up-script"}], "down": [{"command": "/evil/down-script"}]}}`
+	outside := filepath.Join(r.dir, "x")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "evil.json"), []byte(evil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"../x/evil", filepath.Join(outside, "evil"), "eth1.json", "", "."} {
+		for _, action := range []string{"down", "up"} {
+			err := r.n.Interfaces(ctx, action, name)
+			if err == nil || !strings.Contains(err.Error(), "could not find interface") {
+				t.Errorf("interface %s %q: %v, want could not find interface", action, name, err)
+			}
+		}
+	}
+	for _, l := range r.k.Log() {
+		if strings.Contains(l, "/evil/") {
+			t.Errorf("a file outside the interfaces folder was applied: %s", l)
+		}
+	}
+	// The folder's own file is still found by its interface's name.
+	if err := r.n.Interfaces(ctx, "down", "eth1"); err != nil {
+		t.Errorf("interface down eth1: %v", err)
+	}
+}

@@ -145,9 +145,9 @@ func (n *Network) interfaces(ctx context.Context, action, name string, skip map[
 		}
 		files = all
 	} else {
-		f, err := ReadInterfaceFile(n.cfg.NetworkDir, name)
+		f, err := findInterfaceFile(n.cfg.NetworkDir, name)
 		if err != nil {
-			return fmt.Errorf("could not find interface %q: %w", name, err)
+			return err
 		}
 		files = []*InterfaceFile{f}
 	}
@@ -160,4 +160,23 @@ func (n *Network) interfaces(ctx context.Context, action, name string, skip map[
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// findInterfaceFile returns the file of dir that describes the interface
+// called name. As upstream, the name is looked up among the files the
+// folder holds, never turned into a path: "../x" cannot reach a file
+// elsewhere. Files that cannot be read are skipped (reported only when
+// the name is not found).
+func findInterfaceFile(dir, name string) (*InterfaceFile, error) {
+	files, err := ReadInterfaceFiles(dir)
+	for _, f := range files {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	msg := fmt.Sprintf("could not find interface %q among the interface files of %s", name, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%w)", msg, err)
+	}
+	return nil, errors.New(msg)
 }

@@ -19,6 +19,13 @@ func TestInterfaceSubcommand(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	evil := `{"name": "evil", "addresses": [], "routes": [], "rules": [], "scripts": {"up": [{"command": "/bin/true"}], "down": []}}`
+	if err := os.MkdirAll(filepath.Join(dir, "outside"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "outside", "evil.json"), []byte(evil), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args   []string
 		status int
@@ -33,6 +40,10 @@ func TestInterfaceSubcommand(t *testing.T) {
 		{[]string{"interface", "--config-file", conf, "down", "all"}, 0, ""},
 		// A name without a file is an error, as upstream.
 		{[]string{"interface", "--config-file", conf, "up", "eth7"}, 2, `could not find interface "eth7"`},
+		// A name is looked up among the folder's files, never made a path:
+		// the file outside the folder is not applied.
+		{[]string{"interface", "--config-file", conf, "up", "../outside/evil"}, 2, `could not find interface "../outside/evil"`},
+		{[]string{"interface", "--config-file", conf, "down", filepath.Join(dir, "outside", "evil")}, 2, "could not find interface"},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
