@@ -36,11 +36,34 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 
 // Write replaces path with data through a temporary file and a rename,
 // with the fsyncs d asks for.
-func Write(path string, data []byte, perm os.FileMode, d Durability) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+func Write(path string, data []byte, perm os.FileMode, d Durability) error {
+	st, err := Stage(path, data, perm, d)
 	if err != nil {
 		return err
+	}
+	if err := st.Commit(); err != nil {
+		st.Discard()
+		return err
+	}
+	if d != Durable {
+		return nil
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// Staged is a file written beside the path it will replace, not yet in
+// place. A caller that replaces several files stages them all first, so
+// that a failure while writing leaves every one of them unchanged.
+type Staged struct {
+	tmp, path string
+}
+
+// Stage writes data to a temporary file in path's directory with perm,
+// fsynced unless d is Atomic; Commit puts it in place.
+func Stage(path string, data []byte, perm os.FileMode, d Durability) (_ *Staged, err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -51,27 +74,28 @@ func Write(path string, data []byte, perm os.FileMode, d Durability) (err error)
 	// CreateTemp makes the file 0600; chmod before writing so secrets are
 	// never readable with a wider mode, even briefly.
 	if err = tmp.Chmod(perm); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err = tmp.Write(data); err != nil {
-		return err
+		return nil, err
 	}
 	if d != Atomic {
 		if err = tmp.Sync(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err = tmp.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d != Durable {
-		return nil
-	}
-	return SyncDir(dir)
+	return &Staged{tmp: tmp.Name(), path: path}, nil
 }
+
+// Commit renames the staged file over its path. The caller fsyncs the
+// directory (SyncDir) when the rename must survive power loss.
+func (s *Staged) Commit() error { return os.Rename(s.tmp, s.path) }
+
+// Discard removes a staged file that was not committed.
+func (s *Staged) Discard() { os.Remove(s.tmp) }
 
 // SyncFile fsyncs the file at path: for a file written Atomic whose
 // flush can wait, overlapped with other work, until before its final
