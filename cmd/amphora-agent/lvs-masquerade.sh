@@ -9,6 +9,8 @@
 # interface's rules (upstream flushes the chains of every interface).
 # Each call is one nft transaction. Needs nft (no iptables fallback).
 set -eu
+# Character ranges below are byte ranges whatever the caller's locale.
+export LC_ALL=C
 
 usage() {
 	echo "usage: ${0##*/} add|delete ipv4|ipv6 INTERFACE [sriov]" >&2
@@ -24,8 +26,16 @@ ipv6) family=ip6 table=octavia-ipv6 prefix=ip6 ;;
 *) usage ;;
 esac
 [ -z "$sriov" ] || [ "$sriov" = sriov ] || usage
-# nft quotes the name; a quote or space in it would break the matching.
-case $iface in '' | *[\"\ \	]*) usage ;; esac
+# Only an interface name: the kernel takes 1 to 15 bytes, not "." or
+# "..", and the characters the amphora's names use are enough here. Any
+# other would be read by nft as a wildcard ("e*"), or break the rule text
+# or the matching of other interfaces' rules (a quote, a newline).
+bad_name() {
+	printf '%s: invalid interface name "%s": want 1 to 15 letters, digits, "-", "_" or "."\n' "${0##*/}" "$iface" >&2
+	exit 2
+}
+case $iface in '' | . | .. | *[!0-9A-Za-z_.-]*) bad_name ;; esac
+[ ${#iface} -le 15 ] || bad_name
 command -v nft >/dev/null 2>&1 || {
 	echo "${0##*/}: nft not found" >&2
 	exit 1
