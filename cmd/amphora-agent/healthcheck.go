@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -19,6 +20,13 @@ const healthCheckUsage = "usage: amphora-health-checker sctp [-t SECONDS] ADDRES
 
 // healthCheckDefaultTimeout is upstream's, when -t is not given.
 const healthCheckDefaultTimeout = 3 * time.Second
+
+// healthCheckMaxTimeout bounds -t, in seconds, so that the duration
+// cannot overflow (18446744074 s would wrap to 290 ms). It is the largest
+// health monitor timeout the controller can render: its API takes any
+// integer from 0 and stores it in a 32-bit column. A narrower bound would
+// turn members that answer into DOWN for a value upstream waits out.
+const healthCheckMaxTimeout = math.MaxInt32
 
 // healthCheckArgs is a parsed health-checker command line.
 type healthCheckArgs struct {
@@ -46,6 +54,9 @@ func parseHealthCheck(args []string) (healthCheckArgs, error) {
 		s, err := strconv.Atoi(args[1])
 		if err != nil || s < 0 {
 			return a, fmt.Errorf("invalid timeout %q", args[1])
+		}
+		if s > healthCheckMaxTimeout {
+			return a, fmt.Errorf("timeout %q out of range: at most %d seconds", args[1], healthCheckMaxTimeout)
 		}
 		a.timeout = time.Duration(s) * time.Second
 		args = args[2:]

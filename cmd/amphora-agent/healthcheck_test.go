@@ -26,6 +26,13 @@ func TestParseHealthCheck(t *testing.T) {
 		{[]string{"sctp", "-t"}, healthCheckArgs{}, "-t needs"},
 		{[]string{"sctp", "-t", "x", "198.51.100.7", "1"}, healthCheckArgs{}, `invalid timeout "x"`},
 		{[]string{"sctp", "-t", "-1", "198.51.100.7", "1"}, healthCheckArgs{}, `invalid timeout "-1"`},
+		// The largest timeout the controller can store, and values past it
+		// that would overflow the duration (to 290 ms, or negative).
+		{[]string{"sctp", "-t", "2147483647", "198.51.100.7", "1"}, healthCheckArgs{v4, 1, 2147483647 * time.Second}, ""},
+		{[]string{"sctp", "-t", "2147483648", "198.51.100.7", "1"}, healthCheckArgs{}, `timeout "2147483648" out of range`},
+		{[]string{"sctp", "-t", "18446744074", "198.51.100.7", "1"}, healthCheckArgs{}, `timeout "18446744074" out of range`},
+		{[]string{"sctp", "-t", "9223372036854775807", "198.51.100.7", "1"}, healthCheckArgs{}, "out of range"},
+		{[]string{"sctp", "-t", "9223372036854775808", "198.51.100.7", "1"}, healthCheckArgs{}, "invalid timeout"},
 		// -t is only read right after the protocol, as upstream.
 		{[]string{"sctp", "198.51.100.7", "1", "-t", "3"}, healthCheckArgs{}, "want an address and a port"},
 		{[]string{"sctp", "198.51.100.7"}, healthCheckArgs{}, "want an address and a port"},
@@ -58,6 +65,10 @@ func TestHealthCheckExitCodes(t *testing.T) {
 	var out, errOut strings.Builder
 	if got := runHealthCheck([]string{"udp", "198.51.100.7", "53"}, &out, &errOut); got != 1 || !strings.Contains(errOut.String(), "usage:") {
 		t.Errorf("bad arguments: exit %d, stderr %q; want 1 and the usage", got, errOut.String())
+	}
+	errOut.Reset()
+	if got := runHealthCheck([]string{"sctp", "-t", "18446744074", "127.0.0.1", "9"}, &out, &errOut); got != 1 || !strings.Contains(errOut.String(), "out of range") {
+		t.Errorf("-t 18446744074: exit %d, stderr %q; want 1 and out of range", got, errOut.String())
 	}
 	if got := runHealthCheck([]string{"--help"}, &out, &errOut); got != 0 || !strings.Contains(out.String(), "usage:") {
 		t.Errorf("--help: exit %d, stdout %q", got, out.String())
