@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -524,5 +525,76 @@ func TestReservedIDsChangeNothing(t *testing.T) {
 	}
 	if len(lines) != 0 {
 		t.Fatalf("deleting %s changed more than its files:\n%s", lb, strings.Join(lines, "\n"))
+	}
+}
+
+// controllerHandshake connects to the agent the way the controller does
+// (Python's ssl with the controller's certificate, checking the server
+// against the CA and the amphora id) and asks GET /1.0/info; it returns
+// the status line, or Python's error.
+func controllerHandshake(t *testing.T, e *testenv.Env) string {
+	t.Helper()
+	const script = `
+import socket, ssl, sys
+ca, client, port, host = sys.argv[1:5]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.load_cert_chain(client)
+try:
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname=host) as s:
+            s.sendall(b"GET /1.0/info HTTP/1.1\r\nHost: amphora\r\nConnection: close\r\n\r\n")
+            print(s.makefile("rb").readline().decode().strip())
+except Exception as err:
+    print("error:", err)
+`
+	out, err := exec.Command("/usr/bin/python3", "-c", script, e.CAFile, e.ClientCert, fmt.Sprint(e.Port), e.AmphoraID).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A rotation to a chain no TLS client takes (300 copies of the
+// certificate: 172 KB of PEM, a Certificate message over OpenSSL's
+// 100 KiB) is refused, the old certificate stays in force, and the
+// controller's Python client still connects (issue 23, item 5). Without
+// the check it was answered 202 and every handshake after it failed with
+// EXCESSIVE_MESSAGE_SIZE.
+func TestHostileCertificateChain(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	if got := controllerHandshake(t, e); got != "HTTP/1.1 200 OK" {
+		t.Fatalf("the controller before any rotation: %s", got)
+	}
+	before, err := os.ReadFile(e.ServerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := e.ServedCertificate().SerialNumber
+	next, err := e.CA.Server(e.AmphoraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := append(bytes.Repeat(next.CertPEM, 300), next.KeyPEM...)
+	status, ctype, resp := e.Do("PUT", "/1.0/certificate", chain)
+	if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), `"message":"Invalid certificate"`) ||
+		!strings.Contains(string(resp), "300 certificates") {
+		t.Errorf("a chain of 300 copies (%d bytes): %d %s %s", len(chain), status, ctype, resp)
+	}
+	if now, _ := os.ReadFile(e.ServerCert); !bytes.Equal(now, before) {
+		t.Error("the refused chain replaced the server certificate file")
+	}
+	if got := controllerHandshake(t, e); got != "HTTP/1.1 200 OK" {
+		t.Errorf("the controller after the refused chain: %s", got)
+	}
+	if got := e.ServedCertificate().SerialNumber; got.Cmp(serial) != 0 {
+		t.Errorf("serving serial %s after the refused chain, want the old %s", got, serial)
+	}
+	// A rotation as the controller sends it still goes through.
+	if status, _, resp := e.Do("PUT", "/1.0/certificate", next.Combined()); status != 202 {
+		t.Fatalf("a rotation as the controller sends it: %d %s", status, resp)
+	}
+	if got := controllerHandshake(t, e); got != "HTTP/1.1 200 OK" {
+		t.Errorf("the controller after the rotation: %s", got)
 	}
 }
