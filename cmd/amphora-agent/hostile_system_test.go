@@ -598,3 +598,58 @@ func TestHostileCertificateChain(t *testing.T) {
 		t.Errorf("the controller after the rotation: %s", got)
 	}
 }
+
+// An uploaded keepalived config that includes another file (the amphora's
+// secrets: /etc/shadow, the listeners' keys) is refused, and neither the
+// answer nor the agent's log quotes that file: keepalived -t names every
+// line it does not understand, and an included file's lines are keywords
+// to it (issue 23, item 10). Also when the include is assembled from
+// keepalived's parameter definitions, which no line-by-line look at the
+// upload sees. The uploads the controller sends are still accepted.
+func TestHostileKeepalivedInclude(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	const marker = "MARKER-f0e1d2c3-do-not-echo"
+	const includeLVS = "c3d4e5f6-0a1b-4c2d-8e3f-4a5b6c7d8e9f"
+	secret := filepath.Join(t.TempDir(), "secret")
+	// Unpaired braces in the secret made main refuse with keepalived's
+	// output in the answer; paired ones stored it with the output logged.
+	for _, content := range []string{marker + " hunter2\n}\n", marker + " hunter2\n"} {
+		if err := os.WriteFile(secret, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		vrrp := (&vrrpAmp{env: e, priority: 100, addr: "203.0.113.7"}).config("203.0.113.8")
+		lvs := lvsConfig(e, includeLVS)
+		for _, up := range []struct{ name, path, body string }{
+			{"VRRP, include", "/1.0/vrrp/upload", vrrp + "include " + secret + "\n"},
+			{"VRRP, include in a block", "/1.0/vrrp/upload", strings.Replace(vrrp, "    nopreempt\n", "    nopreempt\n    include "+secret+"\n", 1)},
+			{"VRRP, include built from definitions", "/1.0/vrrp/upload", "$A=inc\n$B=lude\n" + vrrp + "${A}${B} " + secret + "\n"},
+			{"LVS, include", "/1.0/listeners/" + e.AmphoraID + "/" + includeLVS + "/udp_listener", lvs + "include " + secret + "\n"},
+			{"LVS, includer with a condition", "/1.0/listeners/" + e.AmphoraID + "/" + includeLVS + "/udp_listener", "@^nohost includer " + secret + "\n" + lvs},
+		} {
+			status, _, resp := e.Do("PUT", up.path, []byte(up.body))
+			if status != 400 || !strings.Contains(string(resp), `"message":"Invalid request"`) || strings.Contains(string(resp), marker) {
+				t.Errorf("%s (%q): %d %s", up.name, content, status, resp)
+			}
+			if !strings.Contains(string(resp), "include") {
+				t.Errorf("%s: the answer does not name the include: %s", up.name, resp)
+			}
+		}
+	}
+	if strings.Contains(e.Output(), marker) {
+		t.Errorf("the agent's log quotes the included file:\n%s", e.Output())
+	}
+	for _, p := range []string{"vrrp/octavia-keepalived.conf", "lvs/octavia-keepalivedlvs-" + includeLVS + ".conf"} {
+		if _, err := os.Stat(e.Path("lib", p)); !os.IsNotExist(err) {
+			t.Errorf("%s stored: %v", p, err)
+		}
+	}
+	// The controller's own uploads are accepted.
+	vrrp := (&vrrpAmp{env: e, priority: 100, addr: "203.0.113.7"}).config("203.0.113.8")
+	if status, _, resp := e.Do("PUT", "/1.0/vrrp/upload", []byte(vrrp)); status != 200 {
+		t.Errorf("the controller's VRRP config: %d %s", status, resp)
+	}
+	if status, _, resp := e.Do("PUT", "/1.0/listeners/"+e.AmphoraID+"/"+includeLVS+"/udp_listener", []byte(lvsConfig(e, includeLVS))); status != 200 {
+		t.Errorf("the controller's LVS config: %d %s", status, resp)
+	}
+}
