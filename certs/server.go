@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -144,7 +145,25 @@ var (
 	ErrExpired    = errors.New("the certificate has expired")
 	ErrNeverValid = errors.New("the certificate is never valid")
 	ErrWrongName  = errors.New("the certificate is not issued to this amphora")
+	ErrChainSize  = errors.New("the certificate chain is too large for TLS clients")
+	ErrHandshake  = errors.New("a TLS handshake with the certificate fails")
 )
+
+// Bounds on the chain a rotation may carry. A TLS server sends its whole
+// chain in one handshake message, and clients refuse large ones: the
+// controller's OpenSSL stops at 100 KiB (its default max_cert_list), and
+// Go and other clients have had a 64 KiB cap. The controller sends one
+// certificate of about 0.8 KB (RSA 2048, from Octavia's local generator),
+// so ten certificates and 32 KiB leave a chain with intermediates ample
+// room while staying far from every client's limit.
+const (
+	MaxChainCertificates = 10
+	MaxChainBytes        = 32 << 10 // DER, the size on the wire
+)
+
+// handshakeTimeout bounds the in-memory handshake of a rotation check; it
+// takes milliseconds, the margin is for a loaded machine.
+const handshakeTimeout = 10 * time.Second
 
 // ExpiryTolerance is how long past its NotAfter, by the amphora's clock, a
 // rotated certificate is still accepted. The controller issues a fresh
@@ -164,10 +183,12 @@ type Skew struct {
 
 // ValidateServerPEM checks a rotated server certificate before it replaces
 // the one in use, and refuses only what is certain to lock the controller
-// out: no matching key, a certificate not naming amphoraID (the host name
-// the controller checks: it issues CN and DNS SAN = amphora id), or one
-// expired by more than ExpiryTolerance at now. An empty amphoraID (no
-// amphora_id configured) skips the name check.
+// out: no matching key, a chain over MaxChainCertificates or
+// MaxChainBytes, a certificate not naming amphoraID (the host name the
+// controller checks: it issues CN and DNS SAN = amphora id), one expired
+// by more than ExpiryTolerance at now, or a pair a TLS handshake fails
+// with. An empty amphoraID (no amphora_id configured) skips the name
+// check.
 //
 // A certificate not valid yet at now is accepted: the controller stamps
 // NotBefore with its own clock and uploads at once, so an amphora whose
@@ -177,6 +198,9 @@ func ValidateServerPEM(pemData []byte, amphoraID string, now time.Time) (Skew, e
 	cert, err := ParseKeyPair(pemData)
 	if err != nil {
 		return Skew{}, fmt.Errorf("%w: %v", ErrNotKeyPair, err)
+	}
+	if err := checkChainSize(cert.Certificate); err != nil {
+		return Skew{}, err
 	}
 	leaf := cert.Leaf
 	if leaf.NotAfter.Before(leaf.NotBefore) {
@@ -196,7 +220,63 @@ func ValidateServerPEM(pemData []byte, amphoraID string, now time.Time) (Skew, e
 	if amphoraID != "" && !namesHost(leaf, amphoraID) {
 		return Skew{}, fmt.Errorf("%w %s: names %s", ErrWrongName, amphoraID, certNames(leaf))
 	}
+	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		if err := selfHandshake(cert, amphoraID, version); err != nil {
+			return Skew{}, fmt.Errorf("%w (%s): %v", ErrHandshake, tls.VersionName(version), err)
+		}
+	}
 	return skew, nil
+}
+
+func checkChainSize(chain [][]byte) error {
+	if len(chain) > MaxChainCertificates {
+		return fmt.Errorf("%w: %d certificates, at most %d are accepted", ErrChainSize, len(chain), MaxChainCertificates)
+	}
+	total := 0
+	for _, der := range chain {
+		total += len(der)
+	}
+	if total > MaxChainBytes {
+		return fmt.Errorf("%w: %d bytes of certificates (DER), at most %d are accepted", ErrChainSize, total, MaxChainBytes)
+	}
+	return nil
+}
+
+// selfHandshake runs a TLS handshake of the given version over an
+// in-memory pipe with cert on the server side, so a pair no client can
+// complete a handshake with (a chain certificate that does not parse, a
+// key TLS cannot sign with) is refused before it replaces the one in use.
+// The client does not verify the chain: the agent does not hold the CA
+// the controller trusts its certificates by (agent_server_ca signs the
+// controller's certificates, not the amphora's), and validity times are
+// ValidateServerPEM's to judge, with its tolerance of clock skew. Parsing
+// every certificate and checking the key's signature are done all the
+// same.
+func selfHandshake(cert tls.Certificate, serverName string, version uint16) error {
+	clientEnd, serverEnd := net.Pipe()
+	defer clientEnd.Close()
+	defer serverEnd.Close()
+	deadline := time.Now().Add(handshakeTimeout)
+	clientEnd.SetDeadline(deadline)
+	serverEnd.SetDeadline(deadline)
+	server := tls.Server(serverEnd, &tls.Config{
+		Certificates: []tls.Certificate{cert}, MinVersion: version, MaxVersion: version,
+		SessionTicketsDisabled: true, // nothing would read them off the pipe
+	})
+	served := make(chan error, 1)
+	go func() { served <- server.Handshake() }()
+	client := tls.Client(clientEnd, &tls.Config{
+		ServerName: serverName, MinVersion: version, MaxVersion: version,
+		InsecureSkipVerify: true, // see above: the chain is not the agent's to verify
+	})
+	err := client.Handshake()
+	// Closing the client's end ends a server blocked on it.
+	clientEnd.Close()
+	serverErr := <-served
+	if err != nil {
+		return err
+	}
+	return serverErr
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

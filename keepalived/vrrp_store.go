@@ -93,6 +93,10 @@ type Validator func(ctx context.Context, path string) (string, error)
 // what it names: the config is stored and the complaints are logged.
 var ErrComplaints = errors.New("keepalived -t complains about parts keepalived skips")
 
+// ErrIncludesFiles is what Test returns for a config that made keepalived
+// read other files: refused, with keepalived's output about them left out.
+var ErrIncludesFiles = errors.New("the config includes other files")
+
 // VRRPStore keeps the controller's VRRP keepalived config: validated
 // before it replaces the stored one, with check_script.sh and the
 // check_scripts folder it tracks.
@@ -121,6 +125,9 @@ func (s *VRRPStore) Upload(ctx context.Context, body []byte) error {
 // renames it into place; a refused config is kept as failed for
 // inspection, answered with keepalived's output, and final is untouched.
 func storeValidated(ctx context.Context, validate Validator, log *zap.Logger, body []byte, final, staged, failed string) error {
+	if err := refuseIncludes(body); err != nil {
+		return err
+	}
 	if err := fsutil.WriteFile(staged, body, 0o644); err != nil {
 		return fault.Internalf("staging the keepalived config: %w", err)
 	}
@@ -158,6 +165,9 @@ func (s *VRRPStore) Configured() bool {
 // unchecked: so only braces that do not pair up, which Octavia's
 // templates cannot produce, refuse a config, and other faults come with
 // ErrComplaints. Exit status 6 (script security) hides all other faults.
+// A config that made keepalived read another file is refused with
+// ErrIncludesFiles, and the output returned is only what keepalived said
+// about the config itself (see outputAbout).
 func Test(cmdPath, namespace string) Validator {
 	return func(ctx context.Context, path string) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, validateTimeout)
@@ -165,9 +175,15 @@ func Test(cmdPath, namespace string) Validator {
 		cmd := procgroup.Command(ctx, cmdPath, "-t", "-f", path)
 		cmd.Env = procwatch.CleanEnv()
 		out, err := procgroup.CombinedOutput(cmd, func(cmd *exec.Cmd) error { return netns.StartIn(namespace, cmd) })
-		text := strings.TrimSpace(string(out))
+		text, others := outputAbout(strings.TrimSpace(string(out)), path)
 		var ee *exec.ExitError
 		switch {
+		case others > 0:
+			// An include refuseIncludes did not see (one assembled from
+			// parameter definitions): what keepalived said about the
+			// included file is its content, so only the count is told.
+			return strings.TrimSpace(fmt.Sprintf("keepalived read files other than the uploaded config (an include): "+
+				"the config is refused, and %d lines of keepalived's output about those files are left out\n%s", others, text)), ErrIncludesFiles
 		case err == nil:
 			return text, nil
 		case ctx.Err() != nil:

@@ -186,3 +186,133 @@ func TestArgs(t *testing.T) {
 		t.Fatalf("args:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// Every way keepalived reads an include line is refused before keepalived
+// runs, naming the line; the configs the controller renders (its LVS
+// templater's, in testdata), and words that only look like an include,
+// pass.
+func TestRefuseIncludes(t *testing.T) {
+	rendered, err := filepath.Glob(filepath.Join("testdata", "lvs_*.conf"))
+	if err != nil || len(rendered) == 0 {
+		t.Fatalf("no rendered LVS configs: %v", err)
+	}
+	base, err := os.ReadFile(rendered[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := []string{
+		"include /etc/shadow",
+		"  \tinclude /etc/shadow",
+		"include /var/lib/octavia/certs/*/*.pem # the listeners' keys",
+		`include "/etc/shadow"`,
+		`"include" /etc/shadow`,
+		"includer /etc/shadow",
+		"includea /etc/*",
+		"@amphora include /etc/shadow",
+		"@^other @amphora include /etc/shadow",
+		"~SEQ(i, 1, 3) include /etc/shadow$i",
+		"$SECRET=include /etc/shadow",
+		"$SECRET = includew /etc/shadow",
+		"vrrp_instance x {\n    include /etc/shadow\n}",
+	}
+	for _, line := range refused {
+		err := refuseIncludes(append(append([]byte{}, base...), line+"\n"...))
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "may not include other files") || !strings.Contains(fe.Details, "/") {
+			t.Errorf("%q: %v", line, err)
+		}
+	}
+	passed := []string{
+		"# include /etc/shadow",
+		"! include /etc/shadow",
+		"virtual_ipaddress_excluded {\n}",
+		"notify_master \"/bin/echo include /etc/shadow\"",
+		"included /etc/shadow",
+		"$INC=inc",
+		"@amphora",
+	}
+	for _, line := range passed {
+		if err := refuseIncludes(append(append([]byte{}, base...), line+"\n"...)); err != nil {
+			t.Errorf("%q: %v", line, err)
+		}
+	}
+	for _, name := range rendered {
+		body, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := refuseIncludes(body); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// Only keepalived's lines about the config itself are told; those naming
+// another file are counted and left out.
+func TestOutputAbout(t *testing.T) {
+	const path = "/var/lib/octavia/vrrp/octavia-keepalived.conf.new"
+	out := strings.Join([]string{
+		"(Line 4) Unknown keyword 'bogus'",
+		"(/etc/shadow: Line 1) Unknown keyword 'root:secret'",
+		"(" + path + ": Line 6) Unknown keyword 'other'",
+		"(/etc/shadow: Line 2) Extra '}' found",
+		"There are 1 missing '}'s or extra '{'s",
+	}, "\n")
+	kept, others := outputAbout(out, path)
+	want := "(Line 4) Unknown keyword 'bogus'\n(" + path + ": Line 6) Unknown keyword 'other'\nThere are 1 missing '}'s or extra '{'s"
+	if kept != want || others != 2 {
+		t.Fatalf("kept %q, %d others; want %q, 2", kept, others, want)
+	}
+}
+
+// The real keepalived -t on a config that includes a secret (0600, root's)
+// through parameter definitions, which no look at the text sees: refused,
+// and neither the answer nor the log holds a word of the secret, whether
+// its braces pair up (keepalived merely complains) or not (keepalived
+// refuses).
+func TestKeepalivedTestLeavesOutIncludedFiles(t *testing.T) {
+	bin, err := exec.LookPath("keepalived")
+	if err != nil {
+		t.Skip("keepalived is not installed (make test installs it)")
+	}
+	const marker = "MARKER-5e6f7a8b-do-not-echo"
+	secret := filepath.Join(t.TempDir(), "secret")
+	core, logs := observer.New(zap.DebugLevel)
+	v := NewVRRP(VRRPOptions{Base: t.TempDir(), Options: Options{Cmd: bin, Log: zap.New(core)}})
+	for _, content := range []string{marker + " hunter2\n", marker + " hunter2\n}\n"} {
+		if err := os.WriteFile(secret, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		body := "$A=inc\n$B=lude\nglobal_defs {\n    router_id amp\n}\n${A}${B} " + secret + "\n"
+		err := v.Upload(context.Background(), []byte(body))
+		fe, ok := fault.As(err)
+		if !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "other than the uploaded config") || strings.Contains(fe.Details, marker) {
+			t.Errorf("secret %q: %v", content, err)
+		}
+		if _, err := os.Stat(v.Layout().ConfigPath()); !os.IsNotExist(err) {
+			t.Fatalf("the config was stored: %v", err)
+		}
+		out, err := Test(bin, "")(context.Background(), v.Layout().failedPath())
+		if !errors.Is(err, ErrIncludesFiles) || strings.Contains(out, marker) {
+			t.Errorf("keepalived -t, secret %q: %v\n%s", content, err, out)
+		}
+	}
+	for _, entry := range logs.All() {
+		if strings.Contains(entry.Message, marker) || strings.Contains(strings.Join(mapValues(entry.ContextMap()), " "), marker) {
+			t.Errorf("logged the secret: %s %v", entry.Message, entry.ContextMap())
+		}
+	}
+	if err := v.Upload(context.Background(), []byte("global_defs {\n    router_id amp\n}\n")); err != nil {
+		t.Fatalf("a config without an include: %v", err)
+	}
+}
+
+func mapValues(m map[string]any) []string {
+	var out []string
+	for _, v := range m {
+		if s, ok := v.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -524,5 +525,131 @@ func TestReservedIDsChangeNothing(t *testing.T) {
 	}
 	if len(lines) != 0 {
 		t.Fatalf("deleting %s changed more than its files:\n%s", lb, strings.Join(lines, "\n"))
+	}
+}
+
+// controllerHandshake connects to the agent the way the controller does
+// (Python's ssl with the controller's certificate, checking the server
+// against the CA and the amphora id) and asks GET /1.0/info; it returns
+// the status line, or Python's error.
+func controllerHandshake(t *testing.T, e *testenv.Env) string {
+	t.Helper()
+	const script = `
+import socket, ssl, sys
+ca, client, port, host = sys.argv[1:5]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.load_cert_chain(client)
+try:
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname=host) as s:
+            s.sendall(b"GET /1.0/info HTTP/1.1\r\nHost: amphora\r\nConnection: close\r\n\r\n")
+            print(s.makefile("rb").readline().decode().strip())
+except Exception as err:
+    print("error:", err)
+`
+	out, err := exec.Command("/usr/bin/python3", "-c", script, e.CAFile, e.ClientCert, fmt.Sprint(e.Port), e.AmphoraID).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A rotation to a chain no TLS client takes (300 copies of the
+// certificate: 172 KB of PEM, a Certificate message over OpenSSL's
+// 100 KiB) is refused, the old certificate stays in force, and the
+// controller's Python client still connects (issue 23, item 5). Without
+// the check it was answered 202 and every handshake after it failed with
+// EXCESSIVE_MESSAGE_SIZE.
+func TestHostileCertificateChain(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	if got := controllerHandshake(t, e); got != "HTTP/1.1 200 OK" {
+		t.Fatalf("the controller before any rotation: %s", got)
+	}
+	before, err := os.ReadFile(e.ServerCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := e.ServedCertificate().SerialNumber
+	next, err := e.CA.Server(e.AmphoraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := append(bytes.Repeat(next.CertPEM, 300), next.KeyPEM...)
+	status, ctype, resp := e.Do("PUT", "/1.0/certificate", chain)
+	if status != 400 || ctype != "application/json" || !strings.Contains(string(resp), `"message":"Invalid certificate"`) ||
+		!strings.Contains(string(resp), "300 certificates") {
+		t.Errorf("a chain of 300 copies (%d bytes): %d %s %s", len(chain), status, ctype, resp)
+	}
+	if now, _ := os.ReadFile(e.ServerCert); !bytes.Equal(now, before) {
+		t.Error("the refused chain replaced the server certificate file")
+	}
+	if got := controllerHandshake(t, e); got != "HTTP/1.1 200 OK" {
+		t.Errorf("the controller after the refused chain: %s", got)
+	}
+	if got := e.ServedCertificate().SerialNumber; got.Cmp(serial) != 0 {
+		t.Errorf("serving serial %s after the refused chain, want the old %s", got, serial)
+	}
+	// A rotation as the controller sends it still goes through.
+	if status, _, resp := e.Do("PUT", "/1.0/certificate", next.Combined()); status != 202 {
+		t.Fatalf("a rotation as the controller sends it: %d %s", status, resp)
+	}
+	if got := controllerHandshake(t, e); got != "HTTP/1.1 200 OK" {
+		t.Errorf("the controller after the rotation: %s", got)
+	}
+}
+
+// An uploaded keepalived config that includes another file (the amphora's
+// secrets: /etc/shadow, the listeners' keys) is refused, and neither the
+// answer nor the agent's log quotes that file: keepalived -t names every
+// line it does not understand, and an included file's lines are keywords
+// to it (issue 23, item 10). Also when the include is assembled from
+// keepalived's parameter definitions, which no line-by-line look at the
+// upload sees. The uploads the controller sends are still accepted.
+func TestHostileKeepalivedInclude(t *testing.T) {
+	e := testenv.New(t)
+	e.Start()
+	const marker = "MARKER-f0e1d2c3-do-not-echo"
+	const includeLVS = "c3d4e5f6-0a1b-4c2d-8e3f-4a5b6c7d8e9f"
+	secret := filepath.Join(t.TempDir(), "secret")
+	// Unpaired braces in the secret made main refuse with keepalived's
+	// output in the answer; paired ones stored it with the output logged.
+	for _, content := range []string{marker + " hunter2\n}\n", marker + " hunter2\n"} {
+		if err := os.WriteFile(secret, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		vrrp := (&vrrpAmp{env: e, priority: 100, addr: "203.0.113.7"}).config("203.0.113.8")
+		lvs := lvsConfig(e, includeLVS)
+		for _, up := range []struct{ name, path, body string }{
+			{"VRRP, include", "/1.0/vrrp/upload", vrrp + "include " + secret + "\n"},
+			{"VRRP, include in a block", "/1.0/vrrp/upload", strings.Replace(vrrp, "    nopreempt\n", "    nopreempt\n    include "+secret+"\n", 1)},
+			{"VRRP, include built from definitions", "/1.0/vrrp/upload", "$A=inc\n$B=lude\n" + vrrp + "${A}${B} " + secret + "\n"},
+			{"LVS, include", "/1.0/listeners/" + e.AmphoraID + "/" + includeLVS + "/udp_listener", lvs + "include " + secret + "\n"},
+			{"LVS, includer with a condition", "/1.0/listeners/" + e.AmphoraID + "/" + includeLVS + "/udp_listener", "@^nohost includer " + secret + "\n" + lvs},
+		} {
+			status, _, resp := e.Do("PUT", up.path, []byte(up.body))
+			if status != 400 || !strings.Contains(string(resp), `"message":"Invalid request"`) || strings.Contains(string(resp), marker) {
+				t.Errorf("%s (%q): %d %s", up.name, content, status, resp)
+			}
+			if !strings.Contains(string(resp), "include") {
+				t.Errorf("%s: the answer does not name the include: %s", up.name, resp)
+			}
+		}
+	}
+	if strings.Contains(e.Output(), marker) {
+		t.Errorf("the agent's log quotes the included file:\n%s", e.Output())
+	}
+	for _, p := range []string{"vrrp/octavia-keepalived.conf", "lvs/octavia-keepalivedlvs-" + includeLVS + ".conf"} {
+		if _, err := os.Stat(e.Path("lib", p)); !os.IsNotExist(err) {
+			t.Errorf("%s stored: %v", p, err)
+		}
+	}
+	// The controller's own uploads are accepted.
+	vrrp := (&vrrpAmp{env: e, priority: 100, addr: "203.0.113.7"}).config("203.0.113.8")
+	if status, _, resp := e.Do("PUT", "/1.0/vrrp/upload", []byte(vrrp)); status != 200 {
+		t.Errorf("the controller's VRRP config: %d %s", status, resp)
+	}
+	if status, _, resp := e.Do("PUT", "/1.0/listeners/"+e.AmphoraID+"/"+includeLVS+"/udp_listener", []byte(lvsConfig(e, includeLVS))); status != 200 {
+		t.Errorf("the controller's LVS config: %d %s", status, resp)
 	}
 }
