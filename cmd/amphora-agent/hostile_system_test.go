@@ -21,14 +21,20 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/agent/status"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
 const (
@@ -524,5 +530,116 @@ func TestReservedIDsChangeNothing(t *testing.T) {
 	}
 	if len(lines) != 0 {
 		t.Fatalf("deleting %s changed more than its files:\n%s", lb, strings.Join(lines, "\n"))
+	}
+}
+
+// The status socket outlives a spell without file descriptors (issue 23,
+// item 3): the agent's limit is lowered to the three standard streams and
+// a `status` connection and an API connection arrive, so that both
+// accepts fail with EMFILE; once the limit is back, the waiting status
+// connection is answered, the socket is the same one, `status` says
+// running (exit 0), and the API serves.
+func TestHostileStatusSocketSurvivesEMFILE(t *testing.T) {
+	topo.RequireRoot(t) // to lower another process's limit
+	e := testenv.New(t)
+	e.Start()
+	sock := filepath.Join(e.Path("lib"), status.SocketName)
+	before, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStatusCmd(t, e)
+
+	var limit unix.Rlimit
+	if err := unix.Prlimit(e.Pid(), unix.RLIMIT_NOFILE, nil, &limit); err != nil {
+		t.Fatal(err)
+	}
+	restore := sync.OnceFunc(func() {
+		if err := unix.Prlimit(e.Pid(), unix.RLIMIT_NOFILE, &limit, nil); err != nil {
+			t.Errorf("restoring the agent's open-file limit: %v", err)
+		}
+	})
+	t.Cleanup(restore)
+	if err := unix.Prlimit(e.Pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 3, Max: limit.Max}, nil); err != nil {
+		t.Fatal(err)
+	}
+	asking, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asking.Close()
+	api, err := net.Dial("tcp", e.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	testenv.WaitFor(t, 10*time.Second, "both accepts failing with EMFILE", func() bool {
+		return e.Count("accept unix", "too many open files") > 0 && e.Count("accept tcp", "too many open files") > 0
+	})
+	restore()
+
+	asking.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var live status.Live
+	if err := json.NewDecoder(asking).Decode(&live); err != nil || live.Pid != e.Pid() {
+		t.Fatalf("the status connection made during EMFILE got %+v, %v\n%s", live, err, e.Output())
+	}
+	after, err := os.Stat(sock)
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("status socket after EMFILE: %v (same file: %v)", err, err == nil && os.SameFile(before, after))
+	}
+	if r := statusJSON(t, e); !r.Agent.Running || r.Agent.State != status.AgentRunning || r.Agent.Pid != e.Pid() {
+		t.Fatalf("status after EMFILE: %+v", r.Agent)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the API serving again", func() bool {
+		code, _, _ := e.Do("GET", "/1.0/info", nil)
+		return code == 200
+	})
+	t.Logf("failed accepts logged: status socket %d, API %d",
+		e.Count("accept unix", "too many open files"), e.Count("accept tcp", "too many open files"))
+}
+
+// `status` run by a user who may not open the agent's socket says that
+// the agent's state is unknown, and why, instead of taking the running
+// agent for a stopped one; it exits with status 4, not 3 (issue 23,
+// item 3).
+func TestHostileStatusWithoutPermission(t *testing.T) {
+	topo.RequireRoot(t) // to become nobody
+	const nobody = 65534
+	e := testenv.New(t)
+	e.Start()
+	// nobody needs to read the configuration and run the binary; the
+	// socket stays root's (0600).
+	cfg := e.Path("nobody.conf")
+	if err := os.WriteFile(cfg, []byte(e.Config()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := e.Path("amphora-agent")
+	if data, err := os.ReadFile(testenv.Binary(t)); err != nil || os.WriteFile(bin, data, 0o755) != nil {
+		t.Fatalf("copying the binary: %v", err)
+	}
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(bin, append([]string{"status", "--config-file", cfg}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, _ := cmd.Output()
+		t.Logf("status %v as nobody: exit status %d\n%s%s", args, cmd.ProcessState.ExitCode(), out, stderr.String())
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	text, code := run()
+	headline, _, _ := strings.Cut(text, "\n")
+	if code != 4 || !strings.Contains(headline, "STATE UNKNOWN") || !strings.Contains(headline, "permission denied") ||
+		strings.Contains(text, "NOT RUNNING") {
+		t.Errorf("status as nobody: exit status %d, headline %q", code, headline)
+	}
+	out, code := run("--json")
+	var r status.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 4 || r.Agent.State != status.AgentUnknown ||
+		!strings.Contains(r.Agent.StateReason, "permission denied") {
+		t.Errorf("status --json as nobody: exit status %d, agent %+v (%v)", code, r.Agent, err)
+	}
+	// root still gets the answer.
+	if r := statusJSON(t, e); r.Agent.State != status.AgentRunning {
+		t.Errorf("status as root: %+v", r.Agent)
 	}
 }
