@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,9 +33,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/status"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
 const (
@@ -642,4 +645,188 @@ func TestHostileStatusWithoutPermission(t *testing.T) {
 	if r := statusJSON(t, e); r.Agent.State != status.AgentRunning {
 		t.Errorf("status as root: %+v", r.Agent)
 	}
+}
+
+// One agent per state folder (issue 23, item 4). With agent A running a
+// load balancer and sending heartbeats, agent B is started on the same
+// configuration, once as it is (the same port) and once with another
+// port: B exits with status 1 and one line naming the folder and A's pid;
+// it changed nothing (A's files and status socket are the same, `status`
+// answers), sent no heartbeat (every datagram the receiver got meanwhile
+// is A's: never seq 0, always the listener) and started no HAProxy (one
+// master). Then A restarts while HAProxy keeps running, which holds
+// nothing of the lock: the new A takes the lock, adopts HAProxy and
+// serves.
+func TestHostileSecondAgentChangesNothing(t *testing.T) {
+	_, hm, env, _ := startHBLoadBalancer(t, "two", 1)
+	base := env.Path("lib")
+	key := "insecure"
+	hm.waitFor(hbWait, key, "A's heartbeat with the listener", func(m health.Message) bool {
+		_, ok := m.Listeners[hbListener]
+		return ok && m.Seq > 0
+	})
+	sock := filepath.Join(base, status.SocketName)
+	sockBefore, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters := haproxyMastersOf(t, base)
+	if len(masters) != 1 {
+		t.Fatalf("HAProxy masters before the second agent: %v", masters)
+	}
+	otherPort := env.Path("other-port.conf")
+	if err := os.WriteFile(otherPort, []byte(fmt.Sprintf("[haproxy_amphora]\nbind_port = %d\n", haproxytest.FreePort(t))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	filesBefore := snapshot(t, env.Dir)
+	for _, tc := range []struct {
+		name  string
+		files []string
+	}{
+		{"same port", []string{env.ConfigPath}},
+		{"other port", []string{env.ConfigPath, otherPort}},
+	} {
+		out, code := runSecondAgent(t, tc.files)
+		t.Logf("second agent, %s: exit status %d, output %q", tc.name, code, headOf(out, 500))
+		want := fmt.Sprintf("amphora-agent: another agent (pid %d) already runs on the state folder %s (it holds %s); not starting a second one\n",
+			env.Pid(), base, filepath.Join(base, "amphora-agent.lock"))
+		if code != 1 || out != want {
+			t.Errorf("second agent, %s: exit status %d; want 1 and the output %q", tc.name, code, want)
+		}
+	}
+
+	// Every heartbeat from B's start on is A's, up to one A sent after
+	// B ended (it comes after anything B sent).
+	r := statusJSON(t, env)
+	if r.Agent.Pid != env.Pid() || len(r.LoadBalancers) != 1 || !r.LoadBalancers[0].Running {
+		t.Errorf("status after the second agent: %+v", r.Agent)
+	}
+	for seq := uint64(0); seq <= r.Heartbeat.Seq; {
+		d := hm.next(time.Now().Add(hbWait))
+		if d == nil {
+			t.Fatalf("no heartbeat after seq %d within %v", seq, hbWait)
+		}
+		m, err := health.Decode(d, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.Listeners[hbListener]; m.Seq == 0 || !ok {
+			t.Fatalf("a heartbeat that is not A's arrived: %+v", m)
+		}
+		seq = m.Seq
+	}
+	if got := haproxyMastersOf(t, base); !slices.Equal(got, masters) {
+		t.Errorf("HAProxy masters after the second agent: %v, before %v", got, masters)
+	}
+	// HAProxy's output files grow on their own.
+	for _, l := range strings.Split(snapshotDiff(filesBefore, snapshot(t, env.Dir)), "\n") {
+		// "~ /path before => after", "+ /path what", "- /path what"
+		if f := strings.Fields(l); len(f) > 1 && !strings.HasSuffix(f[1], ".log") {
+			t.Errorf("the second agent changed a file: %s", l)
+		}
+	}
+	if sockAfter, err := os.Stat(sock); err != nil || !os.SameFile(sockBefore, sockAfter) {
+		t.Errorf("status socket after the second agent: %v", err)
+	}
+
+	// A restarts; HAProxy runs on and does not hold the lock file.
+	env.Stop()
+	for _, fd := range openFiles(masters[0]) {
+		if strings.HasSuffix(fd, "amphora-agent.lock") {
+			t.Fatalf("HAProxy %d holds the lock file: %v", masters[0], fd)
+		}
+	}
+	env.Start()
+	testenv.WaitFor(t, 10*time.Second, "the restarted agent adopting HAProxy", func() bool {
+		return env.Count("adopted running HAProxy") >= 1
+	})
+	if got := haproxyMastersOf(t, base); !slices.Equal(got, masters) {
+		t.Errorf("HAProxy masters after the restart: %v, before %v", got, masters)
+	}
+	if r := statusJSON(t, env); r.Agent.Pid != env.Pid() {
+		t.Errorf("status after the restart: %+v", r.Agent)
+	}
+	if held, _ := os.ReadFile(filepath.Join(base, "amphora-agent.lock")); string(held) != fmt.Sprintf("%d\n", env.Pid()) {
+		t.Errorf("lock file after the restart holds %q, want the new agent's pid %d", held, env.Pid())
+	}
+}
+
+// runSecondAgent runs the agent with files and returns its output and
+// exit status; one still running after 15 s is killed (with its process
+// group) and reported.
+func runSecondAgent(t *testing.T, files []string) (string, int) {
+	t.Helper()
+	var args []string
+	for _, f := range files {
+		args = append(args, "--config-file", f)
+	}
+	cmd := exec.Command(testenv.Binary(t), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=", "WATCHDOG_USEC=", "WATCHDOG_PID=")
+	var out testenv.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		t.Errorf("the second agent was still running after 15 s")
+	}
+	return out.String(), cmd.ProcessState.ExitCode()
+}
+
+// headOf is s cut to n bytes at most.
+func headOf(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// haproxyMastersOf lists the HAProxy masters whose pid file is under
+// base: HAProxy processes naming base whose parent is no HAProxy.
+func haproxyMastersOf(t *testing.T, base string) []int {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var masters []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || !isHAProxy(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		i := bytes.LastIndexByte(stat, ')')
+		if !bytes.Contains(cmdline, []byte(base+"/")) || i < 0 {
+			continue
+		}
+		// pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[i+1:]))
+		if ppid, err := strconv.Atoi(fields[1]); err == nil && !isHAProxy(ppid) {
+			masters = append(masters, pid)
+		}
+	}
+	slices.Sort(masters)
+	return masters
+}
+
+// openFiles lists what pid's file descriptors point to.
+func openFiles(pid int) []string {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, _ := os.ReadDir(dir)
+	var targets []string
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil {
+			targets = append(targets, target)
+		}
+	}
+	return targets
 }
