@@ -16,13 +16,14 @@ import (
 	"container/list"
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/acceptretry"
 )
 
 // Options tune the gate.
@@ -73,7 +74,12 @@ func New(ln net.Listener, opts Options) *Listener {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	l := &Listener{ln: ln, opts: opts, ready: make(chan net.Conn), done: make(chan struct{}), pending: list.New()}
+	// Out of file descriptors and the like: the accept is tried again
+	// after a wait instead of spinning or giving up.
+	retrying := acceptretry.Wrap(ln, func(err error, wait time.Duration) {
+		opts.Log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("in", wait))
+	})
+	l := &Listener{ln: retrying, opts: opts, ready: make(chan net.Conn), done: make(chan struct{}), pending: list.New()}
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l
@@ -114,30 +120,12 @@ func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
-	var backoff time.Duration
 	for {
+		// Only a closed listener ends it (see acceptretry).
 		raw, err := l.ln.Accept()
 		if err != nil {
-			select {
-			case <-l.done:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: wait and retry, as
-			// net/http does, instead of spinning or giving up.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			l.opts.Log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("in", backoff))
-			select {
-			case <-time.After(backoff):
-			case <-l.done:
-				return
-			}
-			continue
+			return
 		}
-		backoff = 0
 		elem, ok := l.admit(raw)
 		if !ok {
 			raw.Close()

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/amphora-agent/amphora-agent/agent/acceptretry/acceptretrytest"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
 )
 
@@ -49,6 +53,17 @@ func listen(t *testing.T, opts Options) *Listener {
 	l := New(ln, opts)
 	t.Cleanup(func() { l.Close(); l.Wait() })
 	return l
+}
+
+// acceptOne hands out the next connection l accepts.
+func acceptOne(l *Listener) <-chan net.Conn {
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	return accepted
 }
 
 // closedByPeer waits for c to be closed from the other side.
@@ -95,13 +110,7 @@ func TestOldestPendingHandshakeMakesRoom(t *testing.T) {
 		}
 		done <- err
 	}()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := l.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
+	accepted := acceptOne(l)
 	select {
 	case c := <-accepted:
 		buf := make([]byte, 4)
@@ -121,6 +130,46 @@ func TestOldestPendingHandshakeMakesRoom(t *testing.T) {
 	}
 }
 
+// Accepts that fail because the agent is out of file descriptors
+// (EMFILE) are retried with backoff, each logged: the API keeps serving
+// once descriptors are free again.
+func TestFailedAcceptsAreRetried(t *testing.T) {
+	p := newPKI(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := acceptretrytest.FailFirst(ln, 4)
+	core, logs := observer.New(zap.WarnLevel)
+	l := New(failing, Options{TLS: p.server, Log: zap.New(core)})
+	t.Cleanup(func() { l.Close(); l.Wait() })
+	done := make(chan error, 1)
+	go func() {
+		c, err := tls.Dial("tcp", l.Addr().String(), p.client)
+		if err == nil {
+			err = c.Handshake()
+			c.Close()
+		}
+		done <- err
+	}()
+	accepted := acceptOne(l)
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no connection handed out after %d failed accepts", failing.Failed())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if failing.Failed() != 4 {
+		t.Fatalf("%d accepts failed, want 4", failing.Failed())
+	}
+	if n := logs.FilterMessage("accept failed; retrying").Len(); n != 4 {
+		t.Fatalf("%d lines about failed accepts, want 4: %v", n, logs.All())
+	}
+}
+
 // A client without a certificate never reaches Accept, and failures are
 // logged at most once per LogEvery.
 func TestFailedHandshakesStayOutside(t *testing.T) {
@@ -134,12 +183,7 @@ func TestFailedHandshakesStayOutside(t *testing.T) {
 			c.Close()
 		}
 	}
-	got := make(chan net.Conn, 1)
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			got <- c
-		}
-	}()
+	got := acceptOne(l)
 	select {
 	case c := <-got:
 		t.Fatalf("a connection without a client certificate was handed out: %v", c.RemoteAddr())

@@ -78,6 +78,7 @@ func Collect(ctx context.Context, cfg *config.Config, configFiles []string, vers
 	r := Report{
 		Schema: Schema,
 		Agent: Agent{
+			State:  AgentUnknown,
 			Socket: SocketPath(cfg), Version: version, ConfigFiles: configFiles,
 			APIAddress: cfg.ListenAddress(), Topology: cfg.Topology,
 			Namespace: cfg.Namespace, BasePath: cfg.BasePath,

@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/agent/acceptretry"
 )
 
 // Live is what only the running agent knows; it sends it on the status
@@ -47,7 +51,7 @@ func DaemonKey(kind, id string) string {
 
 // Merge adds what the running agent told into r.
 func Merge(r *Report, l *Live) {
-	r.Agent.Running = true
+	r.Agent.Running, r.Agent.State = true, AgentRunning
 	r.Agent.Pid, r.Agent.Version, r.Agent.StartedAt = l.Pid, l.Version, l.StartedAt
 	r.Agent.Ready, r.Agent.Log = l.Ready, l.Log
 	if len(l.ConfigFiles) > 0 {
@@ -79,28 +83,53 @@ func Merge(r *Report, l *Live) {
 	r.Heartbeat = hb
 }
 
-// NotLive marks in r what it cannot know because the agent did not
-// answer (why).
-func NotLive(r *Report, why string) {
-	r.Unknown = append([]string{"the agent did not answer on " + r.Agent.Socket + " (" + why +
+// NotLive records in r why asking the agent failed (Fetch's error) and
+// what it therefore cannot know. Only a missing socket, or one nothing
+// listens on (left by a killed agent), means the agent is not running; a
+// socket this user may not open, or an agent that does not answer in
+// time, leaves its state unknown.
+func NotLive(r *Report, err error) {
+	r.Agent.State, r.Agent.StateReason = AgentUnknown, err.Error()
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		r.Agent.State, r.Agent.StateReason = AgentNotRunning, "no socket: the agent is not running"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		r.Agent.State, r.Agent.StateReason = AgentNotRunning, "nothing listens on the socket: the agent is not running"
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, ErrRefused):
+		r.Agent.StateReason = "permission denied, only root may ask it"
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		r.Agent.StateReason = "no answer in time, the agent may be stuck"
+	}
+	r.Unknown = append([]string{"the agent did not answer on " + r.Agent.Socket + " (" + r.Agent.StateReason +
 		"): restarts, last reloads, readiness and heartbeats are not known"}, r.Unknown...)
 }
+
+// ErrRefused: the agent closed the connection without an answer, which it
+// does to a peer that is neither root nor its own user.
+var ErrRefused = errors.New("the agent closed the connection without an answer")
 
 // Serve answers every connection on a unix socket at path with the JSON
 // of live() and closes it, until ctx ends. The socket is 0600 from the
 // start (bound under a temporary name, then renamed into place) and a
 // peer that is neither root nor this process's user is refused, so that
 // only root reads it; it carries nothing but this one answer, and nothing
-// is listening on the network.
-func Serve(ctx context.Context, path string, live func() Live) error {
+// is listening on the network. A failed accept (out of file descriptors)
+// is tried again after a wait, of which retrying is told; only ctx ends
+// the server, so the socket stays while the agent runs.
+func Serve(ctx context.Context, path string, live func() Live, retrying func(err error, wait time.Duration)) error {
 	ln, err := listen(path)
 	if err != nil {
 		return err
 	}
-	go func() { <-ctx.Done(); ln.Close() }()
+	return serve(ctx, ln, path, live, retrying)
+}
+
+func serve(ctx context.Context, ln net.Listener, path string, live func() Live, retrying func(error, time.Duration)) error {
+	retried := acceptretry.Wrap(ln, retrying)
+	go func() { <-ctx.Done(); retried.Close() }()
 	defer os.Remove(path)
 	for {
-		conn, err := ln.Accept()
+		conn, err := retried.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -177,7 +206,7 @@ func Fetch(ctx context.Context, path string) (*Live, error) {
 		return nil, err
 	}
 	if len(data) == 0 {
-		return nil, errors.New("the agent closed the connection without an answer (not root?)")
+		return nil, ErrRefused
 	}
 	var l Live
 	if err := json.Unmarshal(data, &l); err != nil {

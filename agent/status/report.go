@@ -31,7 +31,11 @@ type Report struct {
 type Agent struct {
 	// Running is true when the running agent answered on its status socket;
 	// the fields marked "live" are only filled then.
-	Running     bool      `json:"running"`
+	Running bool `json:"running"`
+	// State is AgentRunning, AgentNotRunning or AgentUnknown (it could not
+	// be asked); StateReason says why when it is not running or unknown.
+	State       string    `json:"state"`
+	StateReason string    `json:"state_reason,omitempty"`
 	Socket      string    `json:"socket"`
 	Pid         int       `json:"pid,omitempty"`       // live
 	Version     string    `json:"version"`             // the agent's when live, else this binary's
@@ -46,6 +50,17 @@ type Agent struct {
 	// Log says where the agent's own log goes (live).
 	Log string `json:"log,omitempty"`
 }
+
+// The agent's states.
+const (
+	// AgentRunning: it answered on its status socket.
+	AgentRunning = "running"
+	// AgentNotRunning: there is no socket, or nothing listens on it.
+	AgentNotRunning = "not_running"
+	// AgentUnknown: it could not be asked (no permission to, or no
+	// answer in time).
+	AgentUnknown = "unknown"
+)
 
 // Process is one supervised daemon as the files and /proc show it, with
 // what the running agent adds.

@@ -8,12 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/acceptretry/acceptretrytest"
 	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 )
 
@@ -167,12 +170,15 @@ func golden(t *testing.T, name, got string) {
 // golden files.
 func TestStatusGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		live    *Live
-		journal bool // a journal listens (systemd)
+		name     string
+		live     *Live
+		fetchErr error // without live: why asking the agent failed
+		journal  bool  // a journal listens (systemd)
 	}{
-		{"running", fakeLive(), true},
-		{"stopped", nil, false},
+		{"running", fakeLive(), nil, true},
+		{"stopped", nil, dialErr(syscall.ENOENT), false},
+		// A user who may not open the socket.
+		{"unknown", nil, dialErr(syscall.EACCES), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -184,12 +190,56 @@ func TestStatusGolden(t *testing.T) {
 			if tc.live != nil {
 				Merge(&r, tc.live)
 			} else {
-				NotLive(&r, "no socket: the agent is not running")
+				NotLive(&r, tc.fetchErr)
 			}
 			txt, js := render(t, r)
 			golden(t, "status-"+tc.name+".txt", strings.ReplaceAll(txt, dir, "/T"))
 			golden(t, "status-"+tc.name+".json", strings.ReplaceAll(js, dir, "/T"))
 		})
+	}
+}
+
+// dialErr is the error of dialing the status socket that failed with errno.
+func dialErr(errno syscall.Errno) error {
+	return &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", errno)}
+}
+
+// The agent counts as not running only when its socket is missing or
+// nothing listens on it; when it cannot be asked (no permission, no
+// answer in time), its state is unknown, and the report says why.
+func TestNotLiveTellsNotRunningFromUnknown(t *testing.T) {
+	dir := t.TempDir()
+	// A socket nothing listens on, as a killed agent leaves it.
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	fetch := func(path string) error {
+		_, err := Fetch(context.Background(), path)
+		return err
+	}
+	for _, tc := range []struct {
+		name, state, reason string
+		err                 error
+	}{
+		{"no socket", AgentNotRunning, "no socket: the agent is not running", fetch(filepath.Join(dir, "none.sock"))},
+		{"stale socket", AgentNotRunning, "nothing listens on the socket: the agent is not running", fetch(stale)},
+		{"not allowed to open", AgentUnknown, "permission denied, only root may ask it", dialErr(syscall.EACCES)},
+		{"refused by credentials", AgentUnknown, "permission denied, only root may ask it", ErrRefused},
+		{"no answer", AgentUnknown, "no answer in time, the agent may be stuck",
+			&net.OpError{Op: "read", Net: "unix", Err: os.ErrDeadlineExceeded}},
+		{"other", AgentUnknown, "unreadable answer: x", errors.New("unreadable answer: x")},
+	} {
+		r := Report{Agent: Agent{Socket: "/s"}}
+		NotLive(&r, tc.err)
+		if r.Agent.State != tc.state || r.Agent.StateReason != tc.reason || r.Agent.Running ||
+			len(r.Unknown) != 1 || !strings.Contains(r.Unknown[0], tc.reason) {
+			t.Errorf("%s (%v): state %q, reason %q, unknown %q; want %q, %q", tc.name, tc.err,
+				r.Agent.State, r.Agent.StateReason, r.Unknown, tc.state, tc.reason)
+		}
 	}
 }
 
@@ -213,7 +263,7 @@ func TestServeFetch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), SocketName)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, path, func() Live { return *fakeLive() }) }()
+	go func() { done <- Serve(ctx, path, func() Live { return *fakeLive() }, nil) }()
 	var live *Live
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -239,5 +289,45 @@ func TestServeFetch(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+// Accepts that fail because the agent is out of file descriptors (EMFILE)
+// do not end the server: it answers once they succeed again, and the
+// socket stays in place all along, so `status` never takes the running
+// agent for a stopped one.
+func TestServeSurvivesFailedAccepts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), SocketName)
+	ln, err := listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := acceptretrytest.FailFirst(ln, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, failing, path, func() Live { return *fakeLive() }, nil) }()
+	// The first connection meets the failures: it waits in the socket's
+	// backlog until an accept succeeds.
+	fctx, fcancel := context.WithTimeout(ctx, 4*time.Second)
+	live, err := Fetch(fctx, path)
+	fcancel()
+	if err != nil {
+		t.Fatalf("no answer after %d failed accepts: %v", failing.Failed(), err)
+	}
+	if live.Pid != 4000 || failing.Failed() != 4 {
+		t.Fatalf("live %+v after %d failed accepts", live, failing.Failed())
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode()&fs.ModeSocket == 0 {
+		t.Fatalf("socket after failed accepts: %v %v", st, err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the server ended: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

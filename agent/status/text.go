@@ -11,7 +11,10 @@ import (
 // WriteText renders r as one screen for an operator. Times are shown
 // relative to r.GeneratedAt, so the same report always renders the same.
 func WriteText(w io.Writer, r Report) error {
-	t := &text{now: r.GeneratedAt}
+	t := &text{now: r.GeneratedAt, notLive: "agent not running"}
+	if r.Agent.State == AgentUnknown {
+		t.notLive = "the agent could not be asked"
+	}
 	t.agent(r.Agent)
 	for _, lb := range r.LoadBalancers {
 		t.loadBalancer(lb)
@@ -40,6 +43,8 @@ func WriteText(w io.Writer, r Report) error {
 type text struct {
 	now time.Time
 	b   strings.Builder
+	// notLive says why what only the agent knows is missing.
+	notLive string
 }
 
 func (t *text) head(format string, args ...any) {
@@ -69,13 +74,17 @@ func (t *text) dur(d time.Duration) string {
 }
 
 func (t *text) agent(a Agent) {
-	if a.Running {
+	switch {
+	case a.Running:
 		ready := "ready"
 		if !a.Ready {
 			ready = "restoring (not ready yet)"
 		}
 		t.head("amphora-agent %s: running, pid %d, up %s, %s", a.Version, a.Pid, t.dur(t.now.Sub(a.StartedAt)), ready)
-	} else {
+	case a.State == AgentUnknown:
+		t.head("amphora-agent %s: STATE UNKNOWN, the agent could not be asked on %s: %s; the rest is read from its files",
+			a.Version, a.Socket, a.StateReason)
+	default:
 		t.head("amphora-agent %s: NOT RUNNING (no answer on %s); the rest is read from its files", a.Version, a.Socket)
 	}
 	t.line("config files", "%s", strings.Join(a.ConfigFiles, ", "))
@@ -104,7 +113,7 @@ func (t *text) state(p Process) string {
 func (t *text) process(p Process) {
 	switch {
 	case p.Respawns == nil:
-		t.line("respawns", "not known (agent not running)")
+		t.line("respawns", "not known (%s)", t.notLive)
 	case p.LastExit == "":
 		t.line("respawns", "%d", *p.Respawns)
 	default:
@@ -190,7 +199,7 @@ func (t *text) heartbeat(h Heartbeat, live bool) {
 	}
 	t.head("heartbeats: every %ss to %s", strconv.FormatFloat(h.IntervalSec, 'f', -1, 64), dests)
 	if !live {
-		t.line("last sent", "not known (agent not running)")
+		t.line("last sent", "not known (%s)", t.notLive)
 		return
 	}
 	if h.LastSendAt.IsZero() {

@@ -23,6 +23,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent"
 	"github.com/amphora-agent/amphora-agent/agent/api"
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/dirlock"
 	"github.com/amphora-agent/amphora-agent/agent/gate"
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
@@ -79,6 +80,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amphora-agent: %v\n", err)
 		return 1
 	}
+	// One agent per state folder, and before anything else: a second
+	// agent on the same configuration must not send a heartbeat, replace
+	// the status socket, start HAProxy or restore anything.
+	lock, err := dirlock.Acquire(cfg.BasePath, lockFileName)
+	if err != nil {
+		fmt.Fprintf(stderr, "amphora-agent: %s\n", lockRefusal(err))
+		return 1
+	}
+	defer lock.Release()
 	// Signals are caught from here on and wait in the channel until the
 	// agent can act on them: the first heartbeat and the API come before
 	// the signal loop, and a SIGHUP sent by someone who saw either must
@@ -101,6 +111,23 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// lockFileName is the lock file in base_path that the running agent holds.
+const lockFileName = "amphora-agent.lock"
+
+// lockRefusal is the one line a second agent prints before it exits.
+func lockRefusal(err error) string {
+	var held *dirlock.HeldError
+	if !errors.As(err, &held) {
+		return fmt.Sprintf("cannot lock the state folder (base_path): %v", err)
+	}
+	who := "another agent"
+	if held.Pid > 0 {
+		who += fmt.Sprintf(" (pid %d)", held.Pid)
+	}
+	return fmt.Sprintf("%s already runs on the state folder %s (it holds %s); not starting a second one",
+		who, held.Dir, held.Path)
 }
 
 // setProcs runs the agent's goroutines on one OS thread at a time unless

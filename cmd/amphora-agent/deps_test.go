@@ -29,14 +29,14 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
+		from: []string{"agent/acceptretry", "agent/dirlock", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
 		deny: []string{"..."},
 		// Their own test helpers, themselves free of the module.
-		allow: []string{"agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
+		allow: []string{"agent/acceptretry/acceptretrytest", "agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
 	},
 	{
 		why:  "test helpers of leaf helpers import nothing of this module",
-		from: []string{"agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
+		from: []string{"agent/acceptretry/acceptretrytest", "agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
 		deny: []string{"..."},
 	},
 	{

@@ -24,12 +24,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/status"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
 const (
@@ -652,4 +660,299 @@ func TestHostileKeepalivedInclude(t *testing.T) {
 	if status, _, resp := e.Do("PUT", "/1.0/listeners/"+e.AmphoraID+"/"+includeLVS+"/udp_listener", []byte(lvsConfig(e, includeLVS))); status != 200 {
 		t.Errorf("the controller's LVS config: %d %s", status, resp)
 	}
+}
+
+// The status socket outlives a spell without file descriptors (issue 23,
+// item 3): the agent's limit is lowered to the three standard streams and
+// a `status` connection and an API connection arrive, so that both
+// accepts fail with EMFILE; once the limit is back, the waiting status
+// connection is answered, the socket is the same one, `status` says
+// running (exit 0), and the API serves.
+func TestHostileStatusSocketSurvivesEMFILE(t *testing.T) {
+	topo.RequireRoot(t) // to lower another process's limit
+	e := testenv.New(t)
+	e.Start()
+	sock := filepath.Join(e.Path("lib"), status.SocketName)
+	before, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStatusCmd(t, e)
+
+	var limit unix.Rlimit
+	if err := unix.Prlimit(e.Pid(), unix.RLIMIT_NOFILE, nil, &limit); err != nil {
+		t.Fatal(err)
+	}
+	restore := sync.OnceFunc(func() {
+		if err := unix.Prlimit(e.Pid(), unix.RLIMIT_NOFILE, &limit, nil); err != nil {
+			t.Errorf("restoring the agent's open-file limit: %v", err)
+		}
+	})
+	t.Cleanup(restore)
+	if err := unix.Prlimit(e.Pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 3, Max: limit.Max}, nil); err != nil {
+		t.Fatal(err)
+	}
+	asking, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asking.Close()
+	api, err := net.Dial("tcp", e.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	testenv.WaitFor(t, 10*time.Second, "both accepts failing with EMFILE", func() bool {
+		return e.Count("accept unix", "too many open files") > 0 && e.Count("accept tcp", "too many open files") > 0
+	})
+	restore()
+
+	asking.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var live status.Live
+	if err := json.NewDecoder(asking).Decode(&live); err != nil || live.Pid != e.Pid() {
+		t.Fatalf("the status connection made during EMFILE got %+v, %v\n%s", live, err, e.Output())
+	}
+	after, err := os.Stat(sock)
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("status socket after EMFILE: %v (same file: %v)", err, err == nil && os.SameFile(before, after))
+	}
+	if r := statusJSON(t, e); !r.Agent.Running || r.Agent.State != status.AgentRunning || r.Agent.Pid != e.Pid() {
+		t.Fatalf("status after EMFILE: %+v", r.Agent)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the API serving again", func() bool {
+		code, _, _ := e.Do("GET", "/1.0/info", nil)
+		return code == 200
+	})
+	t.Logf("failed accepts logged: status socket %d, API %d",
+		e.Count("accept unix", "too many open files"), e.Count("accept tcp", "too many open files"))
+}
+
+// `status` run by a user who may not open the agent's socket says that
+// the agent's state is unknown, and why, instead of taking the running
+// agent for a stopped one; it exits with status 4, not 3 (issue 23,
+// item 3).
+func TestHostileStatusWithoutPermission(t *testing.T) {
+	topo.RequireRoot(t) // to become nobody
+	const nobody = 65534
+	e := testenv.New(t)
+	e.Start()
+	// nobody needs to read the configuration and run the binary; the
+	// socket stays root's (0600).
+	cfg := e.Path("nobody.conf")
+	if err := os.WriteFile(cfg, []byte(e.Config()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := e.Path("amphora-agent")
+	if data, err := os.ReadFile(testenv.Binary(t)); err != nil || os.WriteFile(bin, data, 0o755) != nil {
+		t.Fatalf("copying the binary: %v", err)
+	}
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(bin, append([]string{"status", "--config-file", cfg}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, _ := cmd.Output()
+		t.Logf("status %v as nobody: exit status %d\n%s%s", args, cmd.ProcessState.ExitCode(), out, stderr.String())
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	text, code := run()
+	headline, _, _ := strings.Cut(text, "\n")
+	if code != 4 || !strings.Contains(headline, "STATE UNKNOWN") || !strings.Contains(headline, "permission denied") ||
+		strings.Contains(text, "NOT RUNNING") {
+		t.Errorf("status as nobody: exit status %d, headline %q", code, headline)
+	}
+	out, code := run("--json")
+	var r status.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 4 || r.Agent.State != status.AgentUnknown ||
+		!strings.Contains(r.Agent.StateReason, "permission denied") {
+		t.Errorf("status --json as nobody: exit status %d, agent %+v (%v)", code, r.Agent, err)
+	}
+	// root still gets the answer.
+	if r := statusJSON(t, e); r.Agent.State != status.AgentRunning {
+		t.Errorf("status as root: %+v", r.Agent)
+	}
+}
+
+// One agent per state folder (issue 23, item 4). With agent A running a
+// load balancer and sending heartbeats, agent B is started on the same
+// configuration, once as it is (the same port) and once with another
+// port: B exits with status 1 and one line naming the folder and A's pid;
+// it changed nothing (A's files and status socket are the same, `status`
+// answers), sent no heartbeat (every datagram the receiver got meanwhile
+// is A's: never seq 0, always the listener) and started no HAProxy (one
+// master). Then A restarts while HAProxy keeps running, which holds
+// nothing of the lock: the new A takes the lock, adopts HAProxy and
+// serves.
+func TestHostileSecondAgentChangesNothing(t *testing.T) {
+	_, hm, env, _ := startHBLoadBalancer(t, "two", 1)
+	base := env.Path("lib")
+	key := "insecure"
+	hm.waitFor(hbWait, key, "A's heartbeat with the listener", func(m health.Message) bool {
+		_, ok := m.Listeners[hbListener]
+		return ok && m.Seq > 0
+	})
+	sock := filepath.Join(base, status.SocketName)
+	sockBefore, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters := haproxyMastersOf(t, base)
+	if len(masters) != 1 {
+		t.Fatalf("HAProxy masters before the second agent: %v", masters)
+	}
+	otherPort := env.Path("other-port.conf")
+	if err := os.WriteFile(otherPort, []byte(fmt.Sprintf("[haproxy_amphora]\nbind_port = %d\n", haproxytest.FreePort(t))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	filesBefore := snapshot(t, env.Dir)
+	for _, tc := range []struct {
+		name  string
+		files []string
+	}{
+		{"same port", []string{env.ConfigPath}},
+		{"other port", []string{env.ConfigPath, otherPort}},
+	} {
+		out, code := runSecondAgent(t, tc.files)
+		t.Logf("second agent, %s: exit status %d, output %q", tc.name, code, headOf(out, 500))
+		want := fmt.Sprintf("amphora-agent: another agent (pid %d) already runs on the state folder %s (it holds %s); not starting a second one\n",
+			env.Pid(), base, filepath.Join(base, "amphora-agent.lock"))
+		if code != 1 || out != want {
+			t.Errorf("second agent, %s: exit status %d; want 1 and the output %q", tc.name, code, want)
+		}
+	}
+
+	// Every heartbeat from B's start on is A's, up to one A sent after
+	// B ended (it comes after anything B sent).
+	r := statusJSON(t, env)
+	if r.Agent.Pid != env.Pid() || len(r.LoadBalancers) != 1 || !r.LoadBalancers[0].Running {
+		t.Errorf("status after the second agent: %+v", r.Agent)
+	}
+	for seq := uint64(0); seq <= r.Heartbeat.Seq; {
+		d := hm.next(time.Now().Add(hbWait))
+		if d == nil {
+			t.Fatalf("no heartbeat after seq %d within %v", seq, hbWait)
+		}
+		m, err := health.Decode(d, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.Listeners[hbListener]; m.Seq == 0 || !ok {
+			t.Fatalf("a heartbeat that is not A's arrived: %+v", m)
+		}
+		seq = m.Seq
+	}
+	if got := haproxyMastersOf(t, base); !slices.Equal(got, masters) {
+		t.Errorf("HAProxy masters after the second agent: %v, before %v", got, masters)
+	}
+	// HAProxy's output files grow on their own.
+	for _, l := range strings.Split(snapshotDiff(filesBefore, snapshot(t, env.Dir)), "\n") {
+		// "~ /path before => after", "+ /path what", "- /path what"
+		if f := strings.Fields(l); len(f) > 1 && !strings.HasSuffix(f[1], ".log") {
+			t.Errorf("the second agent changed a file: %s", l)
+		}
+	}
+	if sockAfter, err := os.Stat(sock); err != nil || !os.SameFile(sockBefore, sockAfter) {
+		t.Errorf("status socket after the second agent: %v", err)
+	}
+
+	// A restarts; HAProxy runs on and does not hold the lock file.
+	env.Stop()
+	for _, fd := range openFiles(masters[0]) {
+		if strings.HasSuffix(fd, "amphora-agent.lock") {
+			t.Fatalf("HAProxy %d holds the lock file: %v", masters[0], fd)
+		}
+	}
+	env.Start()
+	testenv.WaitFor(t, 10*time.Second, "the restarted agent adopting HAProxy", func() bool {
+		return env.Count("adopted running HAProxy") >= 1
+	})
+	if got := haproxyMastersOf(t, base); !slices.Equal(got, masters) {
+		t.Errorf("HAProxy masters after the restart: %v, before %v", got, masters)
+	}
+	if r := statusJSON(t, env); r.Agent.Pid != env.Pid() {
+		t.Errorf("status after the restart: %+v", r.Agent)
+	}
+	if held, _ := os.ReadFile(filepath.Join(base, "amphora-agent.lock")); string(held) != fmt.Sprintf("%d\n", env.Pid()) {
+		t.Errorf("lock file after the restart holds %q, want the new agent's pid %d", held, env.Pid())
+	}
+}
+
+// runSecondAgent runs the agent with files and returns its output and
+// exit status; one still running after 15 s is killed (with its process
+// group) and reported.
+func runSecondAgent(t *testing.T, files []string) (string, int) {
+	t.Helper()
+	var args []string
+	for _, f := range files {
+		args = append(args, "--config-file", f)
+	}
+	cmd := exec.Command(testenv.Binary(t), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=", "WATCHDOG_USEC=", "WATCHDOG_PID=")
+	var out testenv.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		t.Errorf("the second agent was still running after 15 s")
+	}
+	return out.String(), cmd.ProcessState.ExitCode()
+}
+
+// headOf is s cut to n bytes at most.
+func headOf(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// haproxyMastersOf lists the HAProxy masters whose pid file is under
+// base: HAProxy processes naming base whose parent is no HAProxy.
+func haproxyMastersOf(t *testing.T, base string) []int {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var masters []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || !isHAProxy(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		i := bytes.LastIndexByte(stat, ')')
+		if !bytes.Contains(cmdline, []byte(base+"/")) || i < 0 {
+			continue
+		}
+		// pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[i+1:]))
+		if ppid, err := strconv.Atoi(fields[1]); err == nil && !isHAProxy(ppid) {
+			masters = append(masters, pid)
+		}
+	}
+	slices.Sort(masters)
+	return masters
+}
+
+// openFiles lists what pid's file descriptors point to.
+func openFiles(pid int) []string {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, _ := os.ReadDir(dir)
+	var targets []string
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil {
+			targets = append(targets, target)
+		}
+	}
+	return targets
 }

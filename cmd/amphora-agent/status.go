@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"time"
 
@@ -17,6 +15,14 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/status"
+)
+
+// The status command's exit codes beyond 1 (bad configuration, output
+// failed) and 2 (bad arguments), as LSB init scripts' status and
+// `systemctl status` use them: 0 means the agent answered.
+const (
+	exitAgentNotRunning = 3
+	exitAgentUnknown    = 4
 )
 
 // runStatus prints what the agent, its daemons, the network and the
@@ -48,7 +54,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	if live, err := status.Fetch(ctx, status.SocketPath(cfg)); err == nil {
 		status.Merge(&r, live)
 	} else {
-		status.NotLive(&r, describeFetch(err))
+		status.NotLive(&r, err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -61,17 +67,13 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amphora-agent status: %v\n", err)
 		return 1
 	}
-	return 0
-}
-
-func describeFetch(err error) string {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "no socket: the agent is not running"
-	case errors.Is(err, fs.ErrPermission):
-		return "permission denied: run it as root"
+	switch r.Agent.State {
+	case status.AgentNotRunning:
+		return exitAgentNotRunning
+	case status.AgentUnknown:
+		return exitAgentUnknown
 	}
-	return err.Error()
+	return 0
 }
 
 // serveStatus answers `amphora-agent status` on base_path/status.sock
@@ -91,7 +93,9 @@ func serveStatus(ctx context.Context, a *agent.Agent, hb *health.Sender, cfg *co
 		return err
 	}
 	log.Info("status socket", zap.String("path", path))
-	return status.Serve(ctx, path, live)
+	return status.Serve(ctx, path, live, func(err error, wait time.Duration) {
+		log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("in", wait))
+	})
 }
 
 // logDestination says where the agent's own log goes: the journal when

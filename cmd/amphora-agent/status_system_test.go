@@ -19,21 +19,34 @@ import (
 )
 
 // runStatusCmd runs the built binary's `status` against env's
-// configuration and returns its output.
+// configuration, expecting the agent to answer (exit status 0), and
+// returns its output.
 func runStatusCmd(t *testing.T, env *testenv.Env, args ...string) string {
+	t.Helper()
+	return statusCmdExit(t, env, 0, args...)
+}
+
+// statusCmdExit runs `status` and fails the test unless it exits with
+// want (README: Status and logs).
+func statusCmdExit(t *testing.T, env *testenv.Env, want int, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(testenv.Binary(t), append([]string{"status", "--config-file", env.ConfigPath}, args...)...)
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("amphora-agent status %v: %v\n%s", args, err, out)
+	if code := cmd.ProcessState.ExitCode(); code != want {
+		t.Fatalf("amphora-agent status %v: exit status %d (%v), want %d\n%s", args, code, err, want, out)
 	}
 	return string(out)
 }
 
 func statusJSON(t *testing.T, env *testenv.Env) status.Report {
 	t.Helper()
+	return statusJSONExit(t, env, 0)
+}
+
+func statusJSONExit(t *testing.T, env *testenv.Env, want int) status.Report {
+	t.Helper()
 	var r status.Report
-	if out := runStatusCmd(t, env, "--json"); json.Unmarshal([]byte(out), &r) != nil {
+	if out := statusCmdExit(t, env, want, "--json"); json.Unmarshal([]byte(out), &r) != nil {
 		t.Fatalf("status --json is not a report:\n%s", out)
 	}
 	return r
@@ -141,16 +154,17 @@ func TestStatusSystem(t *testing.T) {
 	}
 
 	// The agent stopped: HAProxy still runs and status says so, from the
-	// files, and what it cannot know.
+	// files, and what it cannot know; it exits with status 3.
 	a.env.Stop()
-	r = statusJSON(t, a.env)
-	if r.Agent.Running || !r.LoadBalancers[0].Running || r.LoadBalancers[0].Respawns != nil || len(r.Unknown) == 0 {
+	r = statusJSONExit(t, a.env, 3)
+	if r.Agent.Running || r.Agent.State != status.AgentNotRunning || !r.LoadBalancers[0].Running ||
+		r.LoadBalancers[0].Respawns != nil || len(r.Unknown) == 0 {
 		t.Errorf("status without the agent: %+v", r)
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("status socket left behind by the stopped agent: %v", err)
 	}
-	if text := runStatusCmd(t, a.env); !strings.Contains(text, "NOT RUNNING") || !strings.Contains(text, "not known (agent not running)") {
+	if text := statusCmdExit(t, a.env, 3); !strings.Contains(text, "NOT RUNNING") || !strings.Contains(text, "not known (agent not running)") {
 		t.Errorf("status text without the agent:\n%s", text)
 	}
 }
