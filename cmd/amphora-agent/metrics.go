@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,6 +37,22 @@ const (
 	// after 5 s anyway (the template's timeout server); a direct scrape
 	// of a very large page may take longer.
 	metricsFetchTimeout = 30 * time.Second
+	// exporterAnswerTimeout bounds the connect and the head of HAProxy's
+	// answer: HAProxy cuts the tenant's scrape at 5 s (timeout server),
+	// so a silent exporter is answered 502 by then instead of holding a
+	// scrape's slot for metricsFetchTimeout.
+	exporterAnswerTimeout = 5 * time.Second
+	// maxScrapes is how many scrapes read HAProxy's page at once; a
+	// Prometheus server scrapes once per interval, so a handful is
+	// plenty, and each costs a connection and ~200 KB of buffers.
+	maxScrapes = 8
+	// scrapeQueueWait is how long a scrape beyond maxScrapes waits for a
+	// slot before it is answered 503.
+	scrapeQueueWait = time.Second
+	// maxMetricsConns caps the connections the endpoint holds; clients
+	// beyond wait in the kernel's accept queue, costing the agent no
+	// descriptor or memory.
+	maxMetricsConns = 512
 )
 
 // metricsServer listens inside the namespace and translates HAProxy's
@@ -52,20 +71,43 @@ type metricsServer struct {
 	// the endpoint is open (tests).
 	watched func(open bool)
 
-	// dial opens a connection to the exporter.
-	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	// scraped, when set, hears of each answer (the memory trimmer).
+	scraped func()
+
+	// dial opens a connection to the exporter: through the namespace's
+	// dialer by default.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// inside is the dialer of the namespace the endpoint listens in; nil
+	// while it does not.
+	inside atomic.Pointer[netns.Dialer]
+	// answerTimeout is exporterAnswerTimeout (shorter in tests).
+	answerTimeout time.Duration
+	// slots holds a token per scrape in flight, at most maxScrapes.
+	slots       chan struct{}
 	translators sync.Pool
 }
 
 func newMetricsServer(namespace, listen, exporter string, log *zap.Logger) *metricsServer {
 	m := &metricsServer{namespace: namespace, listen: listen, exporter: exporter, log: log,
-		utilization: sysinfo.Reader{}.Utilization}
-	// HAProxy's exporter listens on the namespace's loopback.
-	m.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return netns.Dial(ctx, m.namespace, network, addr)
-	}
+		utilization: sysinfo.Reader{}.Utilization, answerTimeout: exporterAnswerTimeout,
+		slots: make(chan struct{}, maxScrapes)}
+	m.dial = m.dialInside
 	m.translators.New = func() any { return new(promex.Translator) }
 	return m
+}
+
+// dialInside connects from the namespace the endpoint listens in, where
+// HAProxy's exporter listens on the loopback.
+func (m *metricsServer) dialInside(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := m.inside.Load()
+	if d == nil {
+		return nil, fmt.Errorf("network namespace %s not open", m.namespace)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	return d.DialTCP(ctx, ap)
 }
 
 // Run serves until ctx ends: it listens inside the namespace once it
@@ -80,6 +122,9 @@ func (m *metricsServer) Run(ctx context.Context) error {
 		if srv != nil {
 			srv.Close()
 			srv = nil
+		}
+		if d := m.inside.Swap(nil); d != nil {
+			d.Close()
 		}
 	}
 	defer stop()
@@ -106,6 +151,17 @@ func (m *metricsServer) Run(ctx context.Context) error {
 				}
 				break
 			}
+			// One thread in the namespace makes every scrape's socket.
+			d, err := netns.NewDialer(m.namespace)
+			if err != nil {
+				ln.Close()
+				if msg := err.Error(); msg != lastErr {
+					m.log.Warn("cannot connect from the namespace; retrying", zap.String("namespace", m.namespace), zap.Error(err))
+					lastErr = msg
+				}
+				break
+			}
+			m.inside.Store(d)
 			lastErr = ""
 			srv = &http.Server{
 				Handler:           m,
@@ -115,7 +171,7 @@ func (m *metricsServer) Run(ctx context.Context) error {
 				ErrorLog:          zap.NewStdLog(m.log),
 			}
 			served = id
-			go srv.Serve(ln)
+			go srv.Serve(capConns(ln, maxMetricsConns))
 			m.log.Info("serving Octavia metrics", zap.String("namespace", m.namespace),
 				zap.String("address", m.listen), zap.String("exporter", m.exporter))
 		}
@@ -132,13 +188,26 @@ func (m *metricsServer) Run(ctx context.Context) error {
 }
 
 // ServeHTTP answers any path, as upstream does: 200 with the page, 502
-// when HAProxy's exporter cannot be read.
+// when HAProxy's exporter cannot be read, 503 when too many scrapes are
+// in flight.
 func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m.scraped != nil {
+		// Every answer, 503s too: a flood's garbage is handed back
+		// once the last of it is answered.
+		defer m.scraped()
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Connection", "close")
 		w.WriteHeader(http.StatusNotImplemented)
 		return
 	}
+	if !m.takeSlot(r.Context()) {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	defer m.releaseSlot()
 	ctx, cancel := context.WithTimeout(r.Context(), metricsFetchTimeout)
 	defer cancel()
 	cpu, mem, err := m.utilization()
@@ -151,8 +220,7 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, err := m.fetch(ctx)
 	if err != nil {
 		m.log.Warn("metrics: HAProxy's exporter cannot be read", zap.Error(err))
-		w.Header().Set("Connection", "close")
-		w.WriteHeader(http.StatusBadGateway)
+		badGateway(w)
 		return
 	}
 	defer resp.Body.Close()
@@ -187,30 +255,71 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// takeSlot waits up to scrapeQueueWait for one of the maxScrapes slots.
+func (m *metricsServer) takeSlot(ctx context.Context) bool {
+	select {
+	case m.slots <- struct{}{}:
+		return true
+	default:
+	}
+	wait := time.NewTimer(scrapeQueueWait)
+	defer wait.Stop()
+	select {
+	case m.slots <- struct{}{}:
+		return true
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (m *metricsServer) releaseSlot() { <-m.slots }
+
+// badGateway is the answer when HAProxy's page cannot be had.
+func badGateway(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(http.StatusBadGateway)
+}
+
 // fetch opens HAProxy's page; anything but a 200 is an error. It is one
 // HTTP/1.1 GET on a fresh connection, closed with the body, as upstream
 // fetches it (nothing is kept across a namespace that may be recreated).
-// net/http's client is not used: its transport (proxies, HTTP/2, pools,
-// cookies) would add about half a megabyte to the agent's resident size
-// for a request to a fixed loopback address.
+// The connect and the answer's head must come within answerTimeout; the
+// body is bounded by ctx. net/http's client is not used: its transport
+// (proxies, HTTP/2, pools, cookies) would add about half a megabyte to
+// the agent's resident size for a request to a fixed loopback address.
 func (m *metricsServer) fetch(ctx context.Context) (*http.Response, error) {
-	conn, err := m.dial(ctx, "tcp", m.exporter)
-	if err != nil {
-		return nil, err
-	}
-	// The context bounds the whole exchange, body included.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	body, err := exporterGet(conn, m.exporter)
-	if err != nil {
-		stop()
-		conn.Close()
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+	headCtx, cancel := context.WithTimeout(ctx, m.answerTimeout)
+	defer cancel()
+	// explain says why a failed exchange failed when a deadline cut it.
+	explain := func(err error) error {
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w (%w)", err, ctx.Err())
+		case headCtx.Err() != nil:
+			return fmt.Errorf("%w (no answer within %v)", err, m.answerTimeout)
 		}
-		return nil, err
+		return err
 	}
-	body.Body = &connBody{ReadCloser: body.Body, conn: conn, stop: stop}
-	return body, nil
+	conn, err := m.dial(headCtx, "tcp", m.exporter)
+	if err != nil {
+		return nil, explain(err)
+	}
+	stopHead := context.AfterFunc(headCtx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	resp, err := exporterGet(conn, m.exporter)
+	if !stopHead() && err == nil {
+		// The deadline struck as the head arrived: the body cannot be read.
+		resp.Body.Close()
+		err = errors.New("the answer's head came too late")
+	}
+	if err != nil {
+		conn.Close()
+		return nil, explain(err)
+	}
+	// The context bounds the rest of the exchange, body included.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	resp.Body = &connBody{ReadCloser: resp.Body, conn: conn, stop: stop}
+	return resp, nil
 }
 
 // exporterGet sends GET /metrics on conn and reads the answer's head; the
@@ -242,6 +351,51 @@ func (b *connBody) Close() error {
 	b.stop()
 	b.ReadCloser.Close()
 	return b.conn.Close()
+}
+
+// capConns lets at most n connections of ln be open at once: Accept
+// waits while n are.
+func capConns(ln net.Listener, n int) net.Listener {
+	return &cappedListener{Listener: ln, open: make(chan struct{}, n), closed: make(chan struct{})}
+}
+
+type cappedListener struct {
+	net.Listener
+	open      chan struct{} // a token per open connection
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *cappedListener) Accept() (net.Conn, error) {
+	select {
+	case l.open <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.open
+		return nil, err
+	}
+	return &cappedConn{Conn: c, open: l.open}, nil
+}
+
+func (l *cappedListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// cappedConn gives its token back when closed (once).
+type cappedConn struct {
+	net.Conn
+	open chan struct{}
+	once sync.Once
+}
+
+func (c *cappedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.open })
+	return err
 }
 
 // lvsSeries gives each scrape the UDP and SCTP listeners' series: the
