@@ -635,3 +635,75 @@ func TestHostileScrapeFlood(t *testing.T) {
 		})
 	}
 }
+
+// exporterAnswerRSS bounds the agent's resident size while it reads a
+// bad exporter answer (issue 23, item 2).
+const exporterAnswerRSS = 100 << 20
+
+// TestHostileExporterAnswer: HAProxy's exporter (a fake one in the
+// namespace) answers with a 1 GiB line, or a 512 MiB header, streamed.
+// The scrape is answered 502, the agent stays under 100 MB and stops
+// reading long before the end. (Should the agent pass the bound, the
+// stream stops there, so that a failing run does not take gigabytes.)
+func TestHostileExporterAnswer(t *testing.T) {
+	okHead := "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nConnection: close\r\n\r\n"
+	for _, c := range []struct {
+		name, start string
+		size        int64
+	}{
+		{"a 1 GiB line", okHead + "haproxy_process_listeners{x=\"", 1 << 30},
+		{"a 512 MiB header", "HTTP/1.1 200 OK\r\nX-Big: ", 512 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newMetricsRig(t)
+			var bad atomic.Bool
+			page := answerPage(t)
+			abort := make(chan struct{})
+			var abortOnce sync.Once
+			sent := make(chan int64, 1)
+			r.exporter(func(conn net.Conn) {
+				if !bad.Load() {
+					page(conn)
+					return
+				}
+				conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				if _, err := io.WriteString(conn, c.start); err != nil {
+					sent <- 0
+					return
+				}
+				sent <- streamLetter(conn, 'a', c.size, abort)
+			})
+			testenv.WaitFor(t, 20*time.Second, "a page from the metrics endpoint", func() bool {
+				code, err := r.scrape(10 * time.Second)
+				return err == nil && code == 200
+			})
+			idle, err := readProcFigures(r.e.Pid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad.Store(true)
+			sampler := sampleProc(r.e.Pid(), exporterAnswerRSS, func() { abortOnce.Do(func() { close(abort) }) })
+			start := time.Now()
+			code, err := r.scrape(2 * time.Minute)
+			took := time.Since(start)
+			peak := sampler.Stop()
+			var n int64
+			select {
+			case n = <-sent:
+			case <-time.After(time.Minute):
+				t.Fatal("the exporter is still sending")
+			}
+			t.Logf("answer %d %v after %v; the exporter sent %.1f MB of %d MB; agent idle %s, peak %s",
+				code, err, took.Round(time.Millisecond), float64(n)/(1<<20), c.size>>20, idle, peak)
+			if err != nil || code != http.StatusBadGateway {
+				t.Errorf("scrape answered %d %v, want 502", code, err)
+			}
+			if peak.RSS > exporterAnswerRSS {
+				t.Errorf("the agent reached %.1f MB RSS (bound %d MB)", float64(peak.RSS)/(1<<20), exporterAnswerRSS>>20)
+			}
+			if n >= c.size {
+				t.Errorf("the agent read the whole %d MB answer", c.size>>20)
+			}
+		})
+	}
+}

@@ -42,6 +42,10 @@ const (
 	// so a silent exporter is answered 502 by then instead of holding a
 	// scrape's slot for metricsFetchTimeout.
 	exporterAnswerTimeout = 5 * time.Second
+	// maxExporterHead caps the head of HAProxy's answer (its status line
+	// and three short headers, 113 bytes from HAProxy 2.6): a head
+	// without end is 502, not memory.
+	maxExporterHead = 64 << 10
 	// maxScrapes is how many scrapes read HAProxy's page at once; a
 	// Prometheus server scrapes once per interval, so a handful is
 	// plenty, and each costs a connection and ~200 KB of buffers.
@@ -225,15 +229,14 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer resp.Body.Close()
 
-	h := w.Header()
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Content-Type", "text/plain; version=0.0.4")
-	h.Set("Connection", "close")
-	w.WriteHeader(http.StatusOK)
+	page := &pageWriter{w: w}
 	if r.Method == http.MethodHead {
+		page.commit()
 		return
 	}
-	out := bufio.NewWriterSize(w, 32<<10)
+	// The status goes out with the first bytes of the page, so a page
+	// that fails before (a line over the cap, say) is still a 502.
+	out := bufio.NewWriterSize(page, 32<<10)
 	tr := m.translators.Get().(*promex.Translator)
 	defer m.translators.Put(tr)
 	tr.Sources = nil
@@ -248,6 +251,11 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = out.Flush()
 	}
 	if err != nil {
+		if !page.started {
+			m.log.Warn("metrics: HAProxy's page cannot be read", zap.Error(err))
+			badGateway(w)
+			return
+		}
 		// The status is sent: end the response unfinished (no last
 		// chunk), so the scraper sees a failure, not a short page.
 		m.log.Warn("metrics: scrape cut short", zap.Error(err))
@@ -279,6 +287,28 @@ func (m *metricsServer) releaseSlot() { <-m.slots }
 func badGateway(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusBadGateway)
+}
+
+// pageWriter sends the 200 and its headers with the first bytes written.
+type pageWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (p *pageWriter) commit() {
+	p.started = true
+	h := p.w.Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Content-Type", "text/plain; version=0.0.4")
+	h.Set("Connection", "close")
+	p.w.WriteHeader(http.StatusOK)
+}
+
+func (p *pageWriter) Write(b []byte) (int, error) {
+	if !p.started {
+		p.commit()
+	}
+	return p.w.Write(b)
 }
 
 // fetch opens HAProxy's page; anything but a 200 is an error. It is one
@@ -322,22 +352,55 @@ func (m *metricsServer) fetch(ctx context.Context) (*http.Response, error) {
 	return resp, nil
 }
 
-// exporterGet sends GET /metrics on conn and reads the answer's head; the
-// body is read from conn as the caller reads it.
+// errHeadTooLong ends an exporter answer whose head exceeds maxExporterHead.
+var errHeadTooLong = fmt.Errorf("the answer's head is over %d KiB", maxExporterHead>>10)
+
+// exporterGet sends GET /metrics on conn and reads the answer's head (at
+// most maxExporterHead bytes); the body is read from conn as the caller
+// reads it.
 func exporterGet(conn net.Conn, host string) (*http.Response, error) {
 	req := "GET /metrics HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: amphora-agent\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
 		return nil, err
 	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 32<<10), &http.Request{Method: http.MethodGet})
+	// net/http reads a header line of any length: the cap is on what the
+	// head may take from the connection.
+	limit := &headLimit{r: conn, left: maxExporterHead}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(limit, 32<<10), &http.Request{Method: http.MethodGet})
 	if err != nil {
+		if limit.left == 0 {
+			err = errHeadTooLong
+		}
 		return nil, fmt.Errorf("reading the exporter's answer: %w", err)
 	}
+	limit.left = -1
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 		return nil, fmt.Errorf("exporter answered %s", resp.Status)
 	}
 	return resp, nil
+}
+
+// headLimit reads at most left bytes from r while left >= 0; -1 lifts
+// the limit.
+type headLimit struct {
+	r    io.Reader
+	left int
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errHeadTooLong
+	}
+	if len(p) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= n
+	return n, err
 }
 
 // connBody closes the connection with the body.

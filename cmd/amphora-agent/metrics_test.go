@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -462,6 +463,95 @@ func serveExporter(t *testing.T, ln net.Listener, answer func(c net.Conn)) {
 			}()
 		}
 	}()
+}
+
+// streamLetter writes n bytes of the letter b to w until w fails or
+// abort (nil: never) closes, and reports how many went.
+func streamLetter(w io.Writer, b byte, n int64, abort <-chan struct{}) int64 {
+	chunk := bytes.Repeat([]byte{b}, 64<<10)
+	sent := int64(0)
+	for sent < n {
+		select {
+		case <-abort:
+			return sent
+		default:
+		}
+		k, err := w.Write(chunk[:min(int64(len(chunk)), n-sent)])
+		sent += int64(k)
+		if err != nil {
+			break
+		}
+	}
+	return sent
+}
+
+// An exporter answer with a head or a line over the caps is a 502 (or,
+// once part of the page has gone out, a cut answer), and the agent stops
+// reading it at the cap: issue 23, item 2.
+func TestMetricsBadExporterAnswer(t *testing.T) {
+	const huge = 64 << 20 // would be held whole without the caps
+	okHead := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+	goodLines := strings.Repeat("haproxy_process_listeners 3\n", 20000) // 560 KB: the page is out
+	cases := []struct {
+		name   string
+		answer func(w io.Writer) int64
+		cut    bool // the 200 is out before the bad part
+	}{
+		{"one endless header line", func(w io.Writer) int64 {
+			io.WriteString(w, "HTTP/1.1 200 OK\r\nX-Big: ")
+			return streamLetter(w, 'a', huge, nil)
+		}, false},
+		{"endless header lines", func(w io.Writer) int64 {
+			io.WriteString(w, "HTTP/1.1 200 OK\r\n")
+			line := []byte("X-A: b\r\n")
+			sent := int64(0)
+			for sent < huge {
+				n, err := w.Write(line)
+				sent += int64(n)
+				if err != nil {
+					break
+				}
+			}
+			return sent
+		}, false},
+		{"an endless first line", func(w io.Writer) int64 {
+			io.WriteString(w, okHead+"haproxy_process_listeners{x=\"")
+			return streamLetter(w, 'a', huge, nil)
+		}, false},
+		{"an endless line after half a megabyte", func(w io.Writer) int64 {
+			io.WriteString(w, okHead+goodLines+"haproxy_process_listeners{x=\"")
+			return streamLetter(w, 'a', huge, nil)
+		}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sent := make(chan int64, 1)
+			exp := rawExporter(t, func(conn net.Conn) { sent <- c.answer(conn) })
+			srv := httptest.NewServer(testMetricsServer(t, exp))
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/metrics")
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			switch {
+			case c.cut && err == nil:
+				t.Errorf("a page with a line over the cap read as complete (%d)", resp.StatusCode)
+			case !c.cut && (err != nil || resp.StatusCode != http.StatusBadGateway):
+				t.Errorf("answer %v %v, want 502", resp, err)
+			}
+			// The agent hung up well before the end; what the kernel's
+			// buffers took counts as sent.
+			select {
+			case n := <-sent:
+				if n >= huge {
+					t.Errorf("the agent read all %d bytes", n)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the exporter is still sending")
+			}
+		})
+	}
 }
 
 // A silent exporter (it accepts and never answers) is a 502 after the
