@@ -8,7 +8,8 @@
 // Netlink work uses handles opened in the namespace. The few things that
 // must run on a thread inside the namespace (creating it, sysctls, packet
 // sockets) run on a dedicated OS thread that is thrown away afterwards, so
-// no goroutine ever continues in the wrong namespace.
+// no goroutine ever continues in the wrong namespace; a Dialer keeps one
+// such thread, which only makes sockets, for as long as it is open.
 package netns
 
 import (

@@ -24,7 +24,9 @@ func Listen(namespace, network, address string) (net.Listener, error) {
 	return ln, err
 }
 
-// Dial connects from inside the named namespace.
+// Dial connects from inside the named namespace. It holds a thread of
+// its own for the whole connect, and Go keeps every thread it makes: for
+// more than an occasional connection, use a Dialer.
 func Dial(ctx context.Context, namespace, network, address string) (net.Conn, error) {
 	var c net.Conn
 	err := onThreadIn(namespace, func() error {

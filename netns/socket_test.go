@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -27,21 +28,7 @@ func TestSocketsInNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := Listen(name, "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, "hello")
-			c.Close()
-		}
-	}()
+	ln := helloListener(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, name, "tcp", ln.Addr().String())
@@ -75,4 +62,26 @@ func TestSocketsInNamespace(t *testing.T) {
 		c.Close()
 		t.Fatal("dialled the old namespace's listener from the new one")
 	}
+}
+
+// helloListener listens inside the namespace and writes "hello" on each
+// connection before closing it, until the test ends.
+func helloListener(t *testing.T, namespace string) net.Listener {
+	t.Helper()
+	ln, err := Listen(namespace, "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "hello")
+			c.Close()
+		}
+	}()
+	return ln
 }

@@ -5,14 +5,17 @@
 // which never drops below 4 MiB: after a burst of controller requests (TLS
 // handshakes, uploads) an idle agent goes on holding a few MiB it no longer
 // uses, and its slow background scavenger returns nothing below that goal.
-// A trim is a full collection plus returning every free page
-// (debug.FreeOSMemory); it costs about a millisecond of CPU, so it runs
-// only when the agent has been quiet for a moment and enough would come
-// back.
+// A trim is two full collections plus returning every free page
+// (debug.FreeOSMemory): a sync.Pool keeps what it holds through one
+// collection, so after a single one the buffers net/http pooled during a
+// burst (a few MB after a flood of scrapes) would stay. It costs one or
+// two milliseconds of CPU, so it runs only when the agent has been quiet
+// for a moment and enough would come back.
 package memtrim
 
 import (
 	"context"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -40,7 +43,7 @@ type Options struct {
 	// Reclaimable reports how much heap memory a trim would return
 	// (runtime/metrics by default).
 	Reclaimable func() uint64
-	// Release returns it (debug.FreeOSMemory by default).
+	// Release returns it (Release by default).
 	Release func()
 	// Trimmed, when set, hears about each trim: what was reclaimable.
 	Trimmed func(reclaimable uint64)
@@ -67,7 +70,7 @@ func New(o Options) *Trimmer {
 		o.Reclaimable = Reclaimable
 	}
 	if o.Release == nil {
-		o.Release = debug.FreeOSMemory
+		o.Release = Release
 	}
 	return &Trimmer{o: o, touched: make(chan struct{}, 1)}
 }
@@ -119,6 +122,14 @@ func (t *Trimmer) try() {
 	if t.o.Trimmed != nil {
 		t.o.Trimmed(n)
 	}
+}
+
+// Release returns every free heap page to the kernel, the contents of
+// sync.Pools included: the first collection moves them to the pools'
+// victim caches, the second frees them.
+func Release() {
+	runtime.GC()
+	debug.FreeOSMemory()
 }
 
 // Reclaimable is the heap memory a full collection and a release would

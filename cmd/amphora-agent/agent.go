@@ -256,6 +256,8 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
 	metrics := newMetricsServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
 	metrics.extra = lvsSeries(keepalived.LVSLayout{Base: cfg.BasePath}, ipvs.Kernel{Namespace: cfg.Namespace}, log.Named("metrics"))
+	// A burst of scrapes is handed back like a burst of API requests.
+	metrics.scraped = trim.Touch
 	bg.start("metrics", func() error { return metrics.Run(ctx) })
 
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,15 +201,6 @@ func raiseOpenFiles(t *testing.T, n uint64) {
 
 // residentBytes reads VmRSS of pid from /proc.
 func residentBytes(pid int) (int64, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, os.ErrNotExist
+	f, err := readProcStatus(pid)
+	return f.RSS, err
 }

@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -955,4 +956,184 @@ func openFiles(pid int) []string {
 		}
 	}
 	return targets
+}
+
+// Bounds of the scrape floods (issue 23, item 1).
+const (
+	// scrapeFloodThreads bounds the agent's OS threads during a flood;
+	// idle it has about 8.
+	scrapeFloodThreads = 20
+	// scrapeFloodFDs bounds its open descriptors: the endpoint's
+	// connections, one to the exporter per scrape in flight, and the
+	// agent's own.
+	scrapeFloodFDs = maxMetricsConns + maxScrapes + 64
+	// scrapeFloodSettled is how close to its idle size the agent must
+	// come back after a flood, and within how long: the runtime keeps
+	// about 3 MB of a burst for good (its own structures, fragmented
+	// spans), against 35 to 57 MB kept by the code before.
+	scrapeFloodSettled   = 6 << 20
+	scrapeFloodSettleFor = 30 * time.Second
+)
+
+// TestHostileScrapeFlood: 2,000 scrapes at once of the metrics endpoint
+// while HAProxy's exporter answers, and 6,000 while it accepts and never
+// answers, each from a client process of its own in the namespace (so
+// that its sockets do not count against this process). The agent's
+// threads and descriptors stay bounded, it comes back to about its idle
+// size, every scrape gets an answer (200 or 503; 502 or 503 for the
+// silent exporter) in bounded time, and the API and the heartbeats go on
+// throughout.
+func TestHostileScrapeFlood(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		scrapes int
+		silent  bool
+		allowed []string
+	}{
+		{"answering exporter", 2000, false, []string{"200", "503"}},
+		{"silent exporter", 6000, true, []string{"502", "503"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newMetricsRig(t)
+			var silent atomic.Bool
+			page := answerPage(t)
+			r.exporter(func(conn net.Conn) {
+				if silent.Load() {
+					answerNothing(conn)
+				} else {
+					page(conn)
+				}
+			})
+			testenv.WaitFor(t, 20*time.Second, "a page from the metrics endpoint", func() bool {
+				code, err := r.scrape(10 * time.Second)
+				return err == nil && code == 200
+			})
+			silent.Store(c.silent)
+			idle, err := readProcFigures(r.e.Pid())
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			sampler := sampleProc(r.e.Pid(), 0, nil)
+			watch := r.watchService()
+			res := r.flood(c.scrapes, 90*time.Second)
+			watch.Stop(t, 3*time.Second, 3500*time.Millisecond)
+			peak := sampler.Stop()
+			var settled procFigures
+			deadline := time.Now().Add(scrapeFloodSettleFor)
+			for {
+				settled, err = readProcFigures(r.e.Pid())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if settled.RSS <= idle.RSS+scrapeFloodSettled || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("%d scrapes: %s", c.scrapes, res)
+			t.Logf("agent idle: %s; peak during the flood: %s; after: %s", idle, peak, settled)
+
+			total := 0
+			for what, n := range res.Answers {
+				total += n
+				if !slices.Contains(c.allowed, what) {
+					t.Errorf("%d scrapes answered %q (want only %v)", n, what, c.allowed)
+				}
+			}
+			if total != c.scrapes {
+				t.Errorf("%d answers to %d scrapes", total, c.scrapes)
+			}
+			if !c.silent && res.Answers["200"] < maxScrapes {
+				t.Errorf("only %d pages served", res.Answers["200"])
+			}
+			if peak.Threads > scrapeFloodThreads {
+				t.Errorf("the agent reached %d OS threads (bound %d)", peak.Threads, scrapeFloodThreads)
+			}
+			if peak.FDs > scrapeFloodFDs {
+				t.Errorf("the agent held %d descriptors (bound %d)", peak.FDs, scrapeFloodFDs)
+			}
+			if settled.RSS > idle.RSS+scrapeFloodSettled {
+				t.Errorf("the agent kept %.1f MB after the flood, idle %.1f MB (margin %d MB)",
+					float64(settled.RSS)/(1<<20), float64(idle.RSS)/(1<<20), scrapeFloodSettled>>20)
+			}
+			// The endpoint still serves.
+			silent.Store(false)
+			if code, err := r.scrape(10 * time.Second); err != nil || code != 200 {
+				t.Errorf("a scrape after the flood: %d %v", code, err)
+			}
+		})
+	}
+}
+
+// exporterAnswerRSS bounds the agent's resident size while it reads a
+// bad exporter answer (issue 23, item 2).
+const exporterAnswerRSS = 100 << 20
+
+// TestHostileExporterAnswer: HAProxy's exporter (a fake one in the
+// namespace) answers with a 1 GiB line, or a 512 MiB header, streamed.
+// The scrape is answered 502, the agent stays under 100 MB and stops
+// reading long before the end. (Should the agent pass the bound, the
+// stream stops there, so that a failing run does not take gigabytes.)
+func TestHostileExporterAnswer(t *testing.T) {
+	okHead := "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nConnection: close\r\n\r\n"
+	for _, c := range []struct {
+		name, start string
+		size        int64
+	}{
+		{"a 1 GiB line", okHead + "haproxy_process_listeners{x=\"", 1 << 30},
+		{"a 512 MiB header", "HTTP/1.1 200 OK\r\nX-Big: ", 512 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newMetricsRig(t)
+			var bad atomic.Bool
+			page := answerPage(t)
+			abort := make(chan struct{})
+			var abortOnce sync.Once
+			sent := make(chan int64, 1)
+			r.exporter(func(conn net.Conn) {
+				if !bad.Load() {
+					page(conn)
+					return
+				}
+				conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				if _, err := io.WriteString(conn, c.start); err != nil {
+					sent <- 0
+					return
+				}
+				sent <- streamLetter(conn, 'a', c.size, abort)
+			})
+			testenv.WaitFor(t, 20*time.Second, "a page from the metrics endpoint", func() bool {
+				code, err := r.scrape(10 * time.Second)
+				return err == nil && code == 200
+			})
+			idle, err := readProcFigures(r.e.Pid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad.Store(true)
+			sampler := sampleProc(r.e.Pid(), exporterAnswerRSS, func() { abortOnce.Do(func() { close(abort) }) })
+			start := time.Now()
+			code, err := r.scrape(2 * time.Minute)
+			took := time.Since(start)
+			peak := sampler.Stop()
+			var n int64
+			select {
+			case n = <-sent:
+			case <-time.After(time.Minute):
+				t.Fatal("the exporter is still sending")
+			}
+			t.Logf("answer %d %v after %v; the exporter sent %.1f MB of %d MB; agent idle %s, peak %s",
+				code, err, took.Round(time.Millisecond), float64(n)/(1<<20), c.size>>20, idle, peak)
+			if err != nil || code != http.StatusBadGateway {
+				t.Errorf("scrape answered %d %v, want 502", code, err)
+			}
+			if peak.RSS > exporterAnswerRSS {
+				t.Errorf("the agent reached %.1f MB RSS (bound %d MB)", float64(peak.RSS)/(1<<20), exporterAnswerRSS>>20)
+			}
+			if n >= c.size {
+				t.Errorf("the agent read the whole %d MB answer", c.size>>20)
+			}
+		})
+	}
 }

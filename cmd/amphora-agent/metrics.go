@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,6 +37,26 @@ const (
 	// after 5 s anyway (the template's timeout server); a direct scrape
 	// of a very large page may take longer.
 	metricsFetchTimeout = 30 * time.Second
+	// exporterAnswerTimeout bounds the connect and the head of HAProxy's
+	// answer: HAProxy cuts the tenant's scrape at 5 s (timeout server),
+	// so a silent exporter is answered 502 by then instead of holding a
+	// scrape's slot for metricsFetchTimeout.
+	exporterAnswerTimeout = 5 * time.Second
+	// maxExporterHead caps the head of HAProxy's answer (its status line
+	// and three short headers, 113 bytes from HAProxy 2.6): a head
+	// without end is 502, not memory.
+	maxExporterHead = 64 << 10
+	// maxScrapes is how many scrapes read HAProxy's page at once; a
+	// Prometheus server scrapes once per interval, so a handful is
+	// plenty, and each costs a connection and ~200 KB of buffers.
+	maxScrapes = 8
+	// scrapeQueueWait is how long a scrape beyond maxScrapes waits for a
+	// slot before it is answered 503.
+	scrapeQueueWait = time.Second
+	// maxMetricsConns caps the connections the endpoint holds; clients
+	// beyond wait in the kernel's accept queue, costing the agent no
+	// descriptor or memory.
+	maxMetricsConns = 512
 )
 
 // metricsServer listens inside the namespace and translates HAProxy's
@@ -52,20 +75,43 @@ type metricsServer struct {
 	// the endpoint is open (tests).
 	watched func(open bool)
 
-	// dial opens a connection to the exporter.
-	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	// scraped, when set, hears of each answer (the memory trimmer).
+	scraped func()
+
+	// dial opens a connection to the exporter: through the namespace's
+	// dialer by default.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// inside is the dialer of the namespace the endpoint listens in; nil
+	// while it does not.
+	inside atomic.Pointer[netns.Dialer]
+	// answerTimeout is exporterAnswerTimeout (shorter in tests).
+	answerTimeout time.Duration
+	// slots holds a token per scrape in flight, at most maxScrapes.
+	slots       chan struct{}
 	translators sync.Pool
 }
 
 func newMetricsServer(namespace, listen, exporter string, log *zap.Logger) *metricsServer {
 	m := &metricsServer{namespace: namespace, listen: listen, exporter: exporter, log: log,
-		utilization: sysinfo.Reader{}.Utilization}
-	// HAProxy's exporter listens on the namespace's loopback.
-	m.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return netns.Dial(ctx, m.namespace, network, addr)
-	}
+		utilization: sysinfo.Reader{}.Utilization, answerTimeout: exporterAnswerTimeout,
+		slots: make(chan struct{}, maxScrapes)}
+	m.dial = m.dialInside
 	m.translators.New = func() any { return new(promex.Translator) }
 	return m
+}
+
+// dialInside connects from the namespace the endpoint listens in, where
+// HAProxy's exporter listens on the loopback.
+func (m *metricsServer) dialInside(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := m.inside.Load()
+	if d == nil {
+		return nil, fmt.Errorf("network namespace %s not open", m.namespace)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	return d.DialTCP(ctx, ap)
 }
 
 // Run serves until ctx ends: it listens inside the namespace once it
@@ -80,6 +126,9 @@ func (m *metricsServer) Run(ctx context.Context) error {
 		if srv != nil {
 			srv.Close()
 			srv = nil
+		}
+		if d := m.inside.Swap(nil); d != nil {
+			d.Close()
 		}
 	}
 	defer stop()
@@ -106,6 +155,17 @@ func (m *metricsServer) Run(ctx context.Context) error {
 				}
 				break
 			}
+			// One thread in the namespace makes every scrape's socket.
+			d, err := netns.NewDialer(m.namespace)
+			if err != nil {
+				ln.Close()
+				if msg := err.Error(); msg != lastErr {
+					m.log.Warn("cannot connect from the namespace; retrying", zap.String("namespace", m.namespace), zap.Error(err))
+					lastErr = msg
+				}
+				break
+			}
+			m.inside.Store(d)
 			lastErr = ""
 			srv = &http.Server{
 				Handler:           m,
@@ -115,7 +175,7 @@ func (m *metricsServer) Run(ctx context.Context) error {
 				ErrorLog:          zap.NewStdLog(m.log),
 			}
 			served = id
-			go srv.Serve(ln)
+			go srv.Serve(capConns(ln, maxMetricsConns))
 			m.log.Info("serving Octavia metrics", zap.String("namespace", m.namespace),
 				zap.String("address", m.listen), zap.String("exporter", m.exporter))
 		}
@@ -132,13 +192,26 @@ func (m *metricsServer) Run(ctx context.Context) error {
 }
 
 // ServeHTTP answers any path, as upstream does: 200 with the page, 502
-// when HAProxy's exporter cannot be read.
+// when HAProxy's exporter cannot be read, 503 when too many scrapes are
+// in flight.
 func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m.scraped != nil {
+		// Every answer, 503s too: a flood's garbage is handed back
+		// once the last of it is answered.
+		defer m.scraped()
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Connection", "close")
 		w.WriteHeader(http.StatusNotImplemented)
 		return
 	}
+	if !m.takeSlot(r.Context()) {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	defer m.releaseSlot()
 	ctx, cancel := context.WithTimeout(r.Context(), metricsFetchTimeout)
 	defer cancel()
 	cpu, mem, err := m.utilization()
@@ -151,21 +224,19 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, err := m.fetch(ctx)
 	if err != nil {
 		m.log.Warn("metrics: HAProxy's exporter cannot be read", zap.Error(err))
-		w.Header().Set("Connection", "close")
-		w.WriteHeader(http.StatusBadGateway)
+		badGateway(w)
 		return
 	}
 	defer resp.Body.Close()
 
-	h := w.Header()
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Content-Type", "text/plain; version=0.0.4")
-	h.Set("Connection", "close")
-	w.WriteHeader(http.StatusOK)
+	page := &pageWriter{w: w}
 	if r.Method == http.MethodHead {
+		page.commit()
 		return
 	}
-	out := bufio.NewWriterSize(w, 32<<10)
+	// The status goes out with the first bytes of the page, so a page
+	// that fails before (a line over the cap, say) is still a 502.
+	out := bufio.NewWriterSize(page, 32<<10)
 	tr := m.translators.Get().(*promex.Translator)
 	defer m.translators.Put(tr)
 	tr.Sources = nil
@@ -180,6 +251,11 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = out.Flush()
 	}
 	if err != nil {
+		if !page.started {
+			m.log.Warn("metrics: HAProxy's page cannot be read", zap.Error(err))
+			badGateway(w)
+			return
+		}
 		// The status is sent: end the response unfinished (no last
 		// chunk), so the scraper sees a failure, not a short page.
 		m.log.Warn("metrics: scrape cut short", zap.Error(err))
@@ -187,48 +263,144 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// takeSlot waits up to scrapeQueueWait for one of the maxScrapes slots.
+func (m *metricsServer) takeSlot(ctx context.Context) bool {
+	select {
+	case m.slots <- struct{}{}:
+		return true
+	default:
+	}
+	wait := time.NewTimer(scrapeQueueWait)
+	defer wait.Stop()
+	select {
+	case m.slots <- struct{}{}:
+		return true
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (m *metricsServer) releaseSlot() { <-m.slots }
+
+// badGateway is the answer when HAProxy's page cannot be had.
+func badGateway(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(http.StatusBadGateway)
+}
+
+// pageWriter sends the 200 and its headers with the first bytes written.
+type pageWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (p *pageWriter) commit() {
+	p.started = true
+	h := p.w.Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Content-Type", "text/plain; version=0.0.4")
+	h.Set("Connection", "close")
+	p.w.WriteHeader(http.StatusOK)
+}
+
+func (p *pageWriter) Write(b []byte) (int, error) {
+	if !p.started {
+		p.commit()
+	}
+	return p.w.Write(b)
+}
+
 // fetch opens HAProxy's page; anything but a 200 is an error. It is one
 // HTTP/1.1 GET on a fresh connection, closed with the body, as upstream
 // fetches it (nothing is kept across a namespace that may be recreated).
-// net/http's client is not used: its transport (proxies, HTTP/2, pools,
-// cookies) would add about half a megabyte to the agent's resident size
-// for a request to a fixed loopback address.
+// The connect and the answer's head must come within answerTimeout; the
+// body is bounded by ctx. net/http's client is not used: its transport
+// (proxies, HTTP/2, pools, cookies) would add about half a megabyte to
+// the agent's resident size for a request to a fixed loopback address.
 func (m *metricsServer) fetch(ctx context.Context) (*http.Response, error) {
-	conn, err := m.dial(ctx, "tcp", m.exporter)
-	if err != nil {
-		return nil, err
-	}
-	// The context bounds the whole exchange, body included.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	body, err := exporterGet(conn, m.exporter)
-	if err != nil {
-		stop()
-		conn.Close()
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+	headCtx, cancel := context.WithTimeout(ctx, m.answerTimeout)
+	defer cancel()
+	// explain says why a failed exchange failed when a deadline cut it.
+	explain := func(err error) error {
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w (%w)", err, ctx.Err())
+		case headCtx.Err() != nil:
+			return fmt.Errorf("%w (no answer within %v)", err, m.answerTimeout)
 		}
-		return nil, err
+		return err
 	}
-	body.Body = &connBody{ReadCloser: body.Body, conn: conn, stop: stop}
-	return body, nil
+	conn, err := m.dial(headCtx, "tcp", m.exporter)
+	if err != nil {
+		return nil, explain(err)
+	}
+	stopHead := context.AfterFunc(headCtx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	resp, err := exporterGet(conn, m.exporter)
+	if !stopHead() && err == nil {
+		// The deadline struck as the head arrived: the body cannot be read.
+		resp.Body.Close()
+		err = errors.New("the answer's head came too late")
+	}
+	if err != nil {
+		conn.Close()
+		return nil, explain(err)
+	}
+	// The context bounds the rest of the exchange, body included.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	resp.Body = &connBody{ReadCloser: resp.Body, conn: conn, stop: stop}
+	return resp, nil
 }
 
-// exporterGet sends GET /metrics on conn and reads the answer's head; the
-// body is read from conn as the caller reads it.
+// errHeadTooLong ends an exporter answer whose head exceeds maxExporterHead.
+var errHeadTooLong = fmt.Errorf("the answer's head is over %d KiB", maxExporterHead>>10)
+
+// exporterGet sends GET /metrics on conn and reads the answer's head (at
+// most maxExporterHead bytes); the body is read from conn as the caller
+// reads it.
 func exporterGet(conn net.Conn, host string) (*http.Response, error) {
 	req := "GET /metrics HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: amphora-agent\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
 		return nil, err
 	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 32<<10), &http.Request{Method: http.MethodGet})
+	// net/http reads a header line of any length: the cap is on what the
+	// head may take from the connection.
+	limit := &headLimit{r: conn, left: maxExporterHead}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(limit, 32<<10), &http.Request{Method: http.MethodGet})
 	if err != nil {
+		if limit.left == 0 {
+			err = errHeadTooLong
+		}
 		return nil, fmt.Errorf("reading the exporter's answer: %w", err)
 	}
+	limit.left = -1
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 		return nil, fmt.Errorf("exporter answered %s", resp.Status)
 	}
 	return resp, nil
+}
+
+// headLimit reads at most left bytes from r while left >= 0; -1 lifts
+// the limit.
+type headLimit struct {
+	r    io.Reader
+	left int
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errHeadTooLong
+	}
+	if len(p) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= n
+	return n, err
 }
 
 // connBody closes the connection with the body.
@@ -242,6 +414,51 @@ func (b *connBody) Close() error {
 	b.stop()
 	b.ReadCloser.Close()
 	return b.conn.Close()
+}
+
+// capConns lets at most n connections of ln be open at once: Accept
+// waits while n are.
+func capConns(ln net.Listener, n int) net.Listener {
+	return &cappedListener{Listener: ln, open: make(chan struct{}, n), closed: make(chan struct{})}
+}
+
+type cappedListener struct {
+	net.Listener
+	open      chan struct{} // a token per open connection
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *cappedListener) Accept() (net.Conn, error) {
+	select {
+	case l.open <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.open
+		return nil, err
+	}
+	return &cappedConn{Conn: c, open: l.open}, nil
+}
+
+func (l *cappedListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// cappedConn gives its token back when closed (once).
+type cappedConn struct {
+	net.Conn
+	open chan struct{}
+	once sync.Once
+}
+
+func (c *cappedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.open })
+	return err
 }
 
 // lvsSeries gives each scrape the UDP and SCTP listeners' series: the

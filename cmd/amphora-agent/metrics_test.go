@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -394,5 +397,244 @@ func TestMetricsStalledExporterFollowsScraper(t *testing.T) {
 		// Unblock the handler so that the servers can close.
 		(<-accepted).Close()
 		t.Fatal("the agent kept its request to the exporter open after the scraper left")
+	}
+}
+
+// rawExporter is a fake exporter on loopback: see serveExporter.
+func rawExporter(t *testing.T, answer func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveExporter(t, ln, answer)
+	return ln.Addr().String()
+}
+
+// serveExporter stands in for HAProxy's exporter on ln: answer runs on
+// each connection once its request's head is read, and the connection
+// closes after it. ln and every connection still open close when the
+// test ends.
+func serveExporter(t *testing.T, ln net.Listener, answer func(c net.Conn)) {
+	var (
+		mu     sync.Mutex
+		conns  = map[net.Conn]bool{}
+		closed bool
+		wg     sync.WaitGroup
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		closed = true
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if closed {
+				mu.Unlock()
+				c.Close()
+				return
+			}
+			conns[c] = true
+			wg.Add(1)
+			mu.Unlock()
+			go func() {
+				defer wg.Done()
+				defer func() {
+					c.Close()
+					mu.Lock()
+					delete(conns, c)
+					mu.Unlock()
+				}()
+				c.SetDeadline(time.Now().Add(2 * time.Minute))
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				answer(c)
+			}()
+		}
+	}()
+}
+
+// streamLetter writes n bytes of the letter b to w until w fails or
+// abort (nil: never) closes, and reports how many went.
+func streamLetter(w io.Writer, b byte, n int64, abort <-chan struct{}) int64 {
+	chunk := bytes.Repeat([]byte{b}, 64<<10)
+	sent := int64(0)
+	for sent < n {
+		select {
+		case <-abort:
+			return sent
+		default:
+		}
+		k, err := w.Write(chunk[:min(int64(len(chunk)), n-sent)])
+		sent += int64(k)
+		if err != nil {
+			break
+		}
+	}
+	return sent
+}
+
+// An exporter answer with a head or a line over the caps is a 502 (or,
+// once part of the page has gone out, a cut answer), and the agent stops
+// reading it at the cap: issue 23, item 2.
+func TestMetricsBadExporterAnswer(t *testing.T) {
+	const huge = 64 << 20 // would be held whole without the caps
+	okHead := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+	goodLines := strings.Repeat("haproxy_process_listeners 3\n", 20000) // 560 KB: the page is out
+	cases := []struct {
+		name   string
+		answer func(w io.Writer) int64
+		cut    bool // the 200 is out before the bad part
+	}{
+		{"one endless header line", func(w io.Writer) int64 {
+			io.WriteString(w, "HTTP/1.1 200 OK\r\nX-Big: ")
+			return streamLetter(w, 'a', huge, nil)
+		}, false},
+		{"endless header lines", func(w io.Writer) int64 {
+			io.WriteString(w, "HTTP/1.1 200 OK\r\n")
+			line := []byte("X-A: b\r\n")
+			sent := int64(0)
+			for sent < huge {
+				n, err := w.Write(line)
+				sent += int64(n)
+				if err != nil {
+					break
+				}
+			}
+			return sent
+		}, false},
+		{"an endless first line", func(w io.Writer) int64 {
+			io.WriteString(w, okHead+"haproxy_process_listeners{x=\"")
+			return streamLetter(w, 'a', huge, nil)
+		}, false},
+		{"an endless line after half a megabyte", func(w io.Writer) int64 {
+			io.WriteString(w, okHead+goodLines+"haproxy_process_listeners{x=\"")
+			return streamLetter(w, 'a', huge, nil)
+		}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sent := make(chan int64, 1)
+			exp := rawExporter(t, func(conn net.Conn) { sent <- c.answer(conn) })
+			srv := httptest.NewServer(testMetricsServer(t, exp))
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/metrics")
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			switch {
+			case c.cut && err == nil:
+				t.Errorf("a page with a line over the cap read as complete (%d)", resp.StatusCode)
+			case !c.cut && (err != nil || resp.StatusCode != http.StatusBadGateway):
+				t.Errorf("answer %v %v, want 502", resp, err)
+			}
+			// The agent hung up well before the end; what the kernel's
+			// buffers took counts as sent.
+			select {
+			case n := <-sent:
+				if n >= huge {
+					t.Errorf("the agent read all %d bytes", n)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the exporter is still sending")
+			}
+		})
+	}
+}
+
+// A silent exporter (it accepts and never answers) is a 502 after the
+// answer timeout, not after metricsFetchTimeout; scrapes beyond
+// maxScrapes wait scrapeQueueWait and are answered 503 while the slots
+// are taken: issue 23, item 1.
+func TestMetricsSilentExporterAndScrapeCap(t *testing.T) {
+	release := make(chan struct{})
+	accepted := make(chan struct{}, maxScrapes+1)
+	exp := rawExporter(t, func(conn net.Conn) {
+		accepted <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	m := testMetricsServer(t, exp)
+	m.answerTimeout = 20 * time.Second
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	get := func() (*http.Response, error) {
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+
+	// Every slot held by a scrape of the silent exporter.
+	answers := make(chan int, maxScrapes)
+	for range maxScrapes {
+		go func() {
+			resp, err := get()
+			if err != nil {
+				answers <- 0
+				return
+			}
+			answers <- resp.StatusCode
+		}()
+	}
+	for i := range maxScrapes {
+		select {
+		case <-accepted:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d scrapes reached the exporter", i)
+		}
+	}
+	start := time.Now()
+	resp, err := get()
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a scrape beyond the cap: %v %v, want 503 with Retry-After", resp, err)
+	}
+	if took := time.Since(start); took < scrapeQueueWait/2 || took > scrapeQueueWait+5*time.Second {
+		t.Errorf("503 after %v, want about %v", took, scrapeQueueWait)
+	}
+	select {
+	case <-accepted:
+		t.Error("the scrape beyond the cap reached the exporter")
+	default:
+	}
+	// The exporter hangs up without answering: 502 each.
+	close(release)
+	for range maxScrapes {
+		if code := <-answers; code != http.StatusBadGateway {
+			t.Errorf("a scrape of an exporter that hung up: %d, want 502", code)
+		}
+	}
+
+	// With a short answer timeout, a silent exporter is a 502 in time.
+	m.answerTimeout = 300 * time.Millisecond
+	blocked := make(chan struct{})
+	defer close(blocked)
+	m2exp := rawExporter(t, func(conn net.Conn) { <-blocked })
+	m.exporter = m2exp
+	start = time.Now()
+	resp, err = get()
+	if err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("silent exporter: %v %v, want 502", resp, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("502 after %v, want about %v", took, m.answerTimeout)
+	}
+	if len(m.slots) != 0 {
+		t.Errorf("%d slots still taken", len(m.slots))
 	}
 }

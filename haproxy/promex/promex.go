@@ -76,11 +76,21 @@ type Translator struct {
 
 	in        *bufio.Reader
 	out       *bufio.Writer
-	long      []byte // a line longer than the read buffer, assembled
 	lastFound *entry // the family of the previous line kept
 }
 
-const readBuffer = 64 << 10
+// MaxLine is the longest line of HAProxy's page that is translated; a
+// longer one ends the page with ErrLineTooLong instead of growing a
+// buffer without end. HAProxy writes each line within one of its buffers
+// (tune.bufsize, 16 KiB by default, which Octavia's template leaves
+// alone), and its real lines are under 200 bytes.
+const MaxLine = 64 << 10
+
+// ErrLineTooLong: the page has a line longer than MaxLine.
+var ErrLineTooLong = fmt.Errorf("a line of the exporter's page is over %d KiB", MaxLine>>10)
+
+// readBuffer holds the longest line, its "\n" included.
+const readBuffer = MaxLine + 1
 
 // Translate reads HAProxy's page from src and writes Octavia's to dst
 // (without the CPU and memory gauges: WriteUtilization writes those).
@@ -100,12 +110,7 @@ func (t *Translator) Translate(dst io.Writer, src io.Reader) error {
 	for {
 		line, err := in.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			t.long = append(t.long[:0], line...)
-			for err == bufio.ErrBufferFull {
-				line, err = in.ReadSlice('\n')
-				t.long = append(t.long, line...)
-			}
-			line = t.long
+			return ErrLineTooLong
 		}
 		if len(line) > 0 {
 			if werr := t.line(line); werr != nil {

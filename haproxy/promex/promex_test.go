@@ -63,8 +63,8 @@ func TestUpstreamSamplePair(t *testing.T) {
 	diffLines(t, translatePage(t, &tr, in, 50, 23.5), want)
 }
 
-// The same page read a byte at a time, and with lines longer than the
-// read buffer, gives the same result.
+// The same page read a byte at a time, and with a line as long as
+// MaxLine, gives the same result.
 func TestReadShapes(t *testing.T) {
 	in, err := os.ReadFile("testdata/upstream_haproxy.txt")
 	if err != nil {
@@ -80,8 +80,9 @@ func TestReadShapes(t *testing.T) {
 	}
 	diffLines(t, got.Bytes(), want.Bytes())
 
-	long := strings.Repeat("x", 3*readBuffer)
-	page := "haproxy_frontend_bytes_in_total{proxy=\"" + long + "\"} 7\nhaproxy_process_listeners 3"
+	head := "haproxy_frontend_bytes_in_total{proxy=\""
+	long := strings.Repeat("x", MaxLine-len(head)-len("\"} 7"))
+	page := head + long + "\"} 7\nhaproxy_process_listeners 3"
 	got.Reset()
 	if err := tr.Translate(&got, strings.NewReader(page)); err != nil {
 		t.Fatal(err)
@@ -90,6 +91,53 @@ func TestReadShapes(t *testing.T) {
 	if got.String() != wantLong {
 		t.Fatalf("long line: got %d bytes %q..., want %d bytes", got.Len(), got.String()[:60], len(wantLong))
 	}
+}
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// A line over MaxLine ends the page with ErrLineTooLong as soon as the
+// cap is passed: the rest of it is never read, let alone held (issue 23,
+// item 2: a 1 GiB line once took 4.2 GB).
+func TestLineOverCap(t *testing.T) {
+	const endless = 64 << 20
+	for _, before := range []string{"", "haproxy_process_listeners 3\n"} {
+		src := &countingReader{r: io.MultiReader(strings.NewReader(before+"haproxy_process_listeners{x=\""),
+			io.LimitReader(repeatReader('x'), endless))}
+		var tr Translator
+		var out bytes.Buffer
+		err := tr.Translate(&out, src)
+		if !errors.Is(err, ErrLineTooLong) {
+			t.Fatalf("after %q: %v, want ErrLineTooLong", before, err)
+		}
+		if src.n > 2*MaxLine {
+			t.Errorf("after %q: read %d bytes of the long line's page, want at most %d", before, src.n, 2*MaxLine)
+		}
+		// The same translator serves the next page.
+		out.Reset()
+		if err := tr.Translate(&out, strings.NewReader("haproxy_process_listeners 4\n")); err != nil || out.String() != "octavia_loadbalancer_listeners 4\n" {
+			t.Errorf("the next page: %q %v", out.String(), err)
+		}
+	}
+}
+
+// repeatReader reads as an endless run of one byte.
+type repeatReader byte
+
+func (r repeatReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r)
+	}
+	return len(p), nil
 }
 
 // Line by line, the cases upstream's substring matching decides.
