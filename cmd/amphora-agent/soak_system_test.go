@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"math"
 	"net/http"
@@ -27,23 +28,36 @@ import (
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
 )
 
-// The soak's objects: one load balancer whose HTTP listener stays, and a
-// TLS listener with its own pool and a second member that each cycle
-// creates and deletes again.
+// The soak's load balancer and its first pool and member stay; its
+// listeners, the second pool and member and the certificate get new ids
+// as they are created again, as the controller's objects do (so that
+// anything kept per id and never dropped shows as growth).
 const (
 	soakLB        = "5a0c4e2d-1b3f-4a5c-8d6e-7f8091a2b3c4"
-	soakHTTP      = "6b1d5f3e-2c4a-4b6d-9e7f-8091a2b3c4d5"
-	soakTLS       = "7c2e6a4f-3d5b-4c7e-8f90-91a2b3c4d5e6"
 	soakPool1     = "8d3f7b5a-4e6c-4d8f-9a01-a2b3c4d5e6f7"
-	soakPool2     = "9e4a8c6b-5f7d-4e9a-8b12-b3c4d5e6f7a8"
 	soakMember1   = "a05b9d7c-6a8e-4fab-9c23-c4d5e6f7a8b9"
-	soakMember2   = "b16cae8d-7b9f-4abc-8d34-d5e6f7a8b9ca"
-	soakCert      = "c27dbf9e-8cad-4bcd-9e45-e6f7a8b9cadb.pem"
 	soakMember1IP = "198.51.100.2"   // member network 1: 198.51.100.0/25
 	soakAmp1IP    = "198.51.100.20"  // the amphora's port on it
 	soakMember2IP = "198.51.100.130" // member network 2: 198.51.100.128/25
 	soakAmp2IP    = "198.51.100.148"
 )
+
+// soakIDs are the ids of the objects each cycle creates.
+type soakIDs struct {
+	http                string // the HTTP listener, new when created again
+	tls, pool2, member2 string
+	cert                string // the TLS listener's certificate file
+}
+
+// soakUUID is a random version 4 UUID, as Octavia's ids are.
+func soakUUID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
 
 // Pacing and sampling. A controller call goes out at most every
 // soakPace; the agent is sampled every soakSample and a line printed
@@ -93,11 +107,13 @@ type soakRow struct {
 	beats                                  int
 	lateMedian, lateMax                    time.Duration
 	calls, failures, trafficOK, trafficBad int64
+	load                                   float64 // the machine's, not judged
 }
 
 // soakSampleOf is what one look at the agent finds.
 type soakSampleOf struct {
 	rss, pss, fds, goroutines, threads, haproxy, keepalived, zombies, files, kib float64
+	load                                                                         float64 // 1-minute load average
 }
 
 // soak drives one agent as the controller would until its time is up,
@@ -109,6 +125,7 @@ type soak struct {
 	client *http.Client
 	pace   *time.Ticker
 	ctx    context.Context
+	ids    soakIDs
 
 	certPEM     []byte   // the TLS listener's certificate and key
 	serverCerts [][]byte // the agent's own, rotated in turn
@@ -144,13 +161,15 @@ func soakDuration(t *testing.T) time.Duration {
 // (the veth removed, as Nova's detach does; the agent has no unplug
 // call), certificate put and delete, a TLS listener with its own pool
 // and member created and deleted (config upload and reload), the last
-// listener deleted and created again, the VRRP config uploaded and
+// listener deleted and created again (each object created under a new
+// id, as the controller's are), the VRRP config uploaded and
 // keepalived reloaded, and now and then the agent's own certificate
 // rotated. Every minute it prints the agent's RSS, PSS, open files,
 // goroutines (from the status socket), threads, HAProxy and keepalived
 // processes, zombies, the size of its files (logs aside), the heartbeat
-// lateness (gap between heartbeats minus the interval: median and max)
-// and the calls and failures of that minute. At the end it prints each
+// lateness (gap between heartbeats minus the interval: median and max),
+// the calls and failures of that minute, and the machine's load average,
+// which explains most lateness on a shared machine. At the end it prints each
 // figure's slope per hour and fails if a call failed, a heartbeat gap
 // passed soakMaxGap, or a figure grows (the rule is verdict's). Ctrl-C ends it
 // early: everything is removed and the test fails.
@@ -165,7 +184,7 @@ func TestSoak(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	s := &soak{t: t, ctx: ctx}
+	s := &soak{t: t, ctx: ctx, ids: soakIDs{http: soakUUID()}}
 	s.amp = newVRRPAmp(t, "k", "203.0.113.4", 100)
 	env := s.amp.env
 	// The agent runs in a session of its own, so that Ctrl-C reaches only
@@ -280,7 +299,8 @@ func (s *soak) cycle(i int) {
 	env := s.amp.env
 	upload := "/1.0/loadbalancer/" + env.AmphoraID + "/" + soakLB + "/haproxy"
 	reload := "/1.0/loadbalancer/" + soakLB + "/reload"
-	cert := "/1.0/loadbalancer/" + soakLB + "/certificates/" + soakCert
+	s.ids.tls, s.ids.pool2, s.ids.member2, s.ids.cert = soakUUID(), soakUUID(), soakUUID(), soakUUID()+".pem"
+	cert := "/1.0/loadbalancer/" + soakLB + "/certificates/" + s.ids.cert
 
 	// A member on a new network and a TLS listener: the port is plugged,
 	// then the listener update (reachability, certificate, config, reload).
@@ -308,6 +328,7 @@ func (s *soak) cycle(i int) {
 	// The last listener deleted, then created again (a reload of a
 	// stopped load balancer starts it).
 	s.call("DELETE", "/1.0/listeners/"+soakLB, nil, 200)
+	s.ids.http = soakUUID()
 	s.call("PUT", upload, []byte(s.lbConfig(false)), 202)
 	s.call("PUT", reload, nil, 202)
 
@@ -427,10 +448,10 @@ defaults
 	server := func(id, ip string) string {
 		return fmt.Sprintf("    server %s %s:80 weight 1 check inter 1s fall 2 rise 2\n", id, ip)
 	}
-	frontend(soakHTTP, vrrpVIP+":80", soakPool1, server(soakMember1, soakMember1IP))
+	frontend(s.ids.http, vrrpVIP+":80", soakPool1, server(soakMember1, soakMember1IP))
 	if tls {
-		crt := filepath.Join(s.amp.env.Path("lib", "certs"), soakLB, soakCert)
-		frontend(soakTLS, vrrpVIP+":443 ssl crt "+crt, soakPool2, server(soakMember1, soakMember1IP), server(soakMember2, soakMember2IP))
+		crt := filepath.Join(s.amp.env.Path("lib", "certs"), soakLB, s.ids.cert)
+		frontend(s.ids.tls, vrrpVIP+":443 ssl crt "+crt, s.ids.pool2, server(soakMember1, soakMember1IP), server(s.ids.member2, soakMember2IP))
 	}
 	return b.String()
 }
@@ -486,7 +507,7 @@ func (s *soak) traffic(c *http.Client, url string, done chan struct{}) {
 	}
 }
 
-const soakHeader = "soak:  min  rss MiB  pss MiB  fds  gor  thr  hap  ka  zomb  files    KiB  beats  late ms med/max  calls  fail  traffic ok/fail"
+const soakHeader = "soak:  min  rss MiB  pss MiB  fds  gor  thr  hap  ka  zomb  files    KiB  beats  late ms med/max  calls  fail  traffic ok/fail  load"
 
 // watch samples the agent every soakSample and prints one row a minute
 // until done or the duration is over; it returns the rows.
@@ -526,6 +547,7 @@ func (s *soak) watch(duration time.Duration, done chan struct{}) []soakRow {
 			r.zombies = med(func(x soakSampleOf) float64 { return x.zombies })
 			r.files = med(func(x soakSampleOf) float64 { return x.files })
 			r.kib = med(func(x soakSampleOf) float64 { return x.kib })
+			r.load = med(func(x soakSampleOf) float64 { return x.load })
 			s.mu.Lock()
 			late := s.late
 			s.late = nil
@@ -556,9 +578,10 @@ func (s *soak) watch(duration time.Duration, done chan struct{}) []soakRow {
 }
 
 func (r soakRow) String() string {
-	return fmt.Sprintf("soak: %4d  %7.1f  %7.1f  %3.0f  %3.0f  %3.0f  %3.0f  %2.0f  %4.0f  %5.0f  %5.1f  %5d  %7.1f/%-7.1f  %5d  %4d  %d/%d",
+	return fmt.Sprintf("soak: %4d  %7.1f  %7.1f  %3.0f  %3.0f  %3.0f  %3.0f  %2.0f  %4.0f  %5.0f  %5.1f  %5d  %7.1f/%-7.1f  %5d  %4d  %15s  %4.1f",
 		r.minute, r.rss, r.pss, r.fds, r.goroutines, r.threads, r.haproxy, r.keepalived, r.zombies, r.files, r.kib,
-		r.beats, ms(r.lateMedian), ms(r.lateMax), r.calls, r.failures, r.trafficOK, r.trafficBad)
+		r.beats, ms(r.lateMedian), ms(r.lateMax), r.calls, r.failures,
+		fmt.Sprintf("%d/%d", r.trafficOK, r.trafficBad), r.load)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -595,6 +618,11 @@ func (s *soak) sample() soakSampleOf {
 	x.haproxy = float64(len(daemonsOf("haproxy", filepath.Join(base, soakLB, "haproxy.cfg"))))
 	x.keepalived = float64(len(daemonsOf("keepalived", filepath.Join(base, "vrrp", "octavia-keepalived.conf"))))
 	x.zombies = float64(zombieChildren(pid))
+	if avg, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(avg)); len(f) > 0 {
+			x.load, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
 	filepath.WalkDir(env.Dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() || strings.Contains(d.Name(), ".log") {
 			return nil
@@ -686,6 +714,8 @@ func (s *soak) verdict(rows []soakRow) bool {
 		case low > m.allow && slope*hours >= m.step:
 			verdict = "GROWS"
 			failed = true
+		case low > m.allow:
+			verdict = "rising, less than a step"
 		case slope*24 > m.allow:
 			verdict = "rising, within noise"
 		}
