@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -69,7 +70,13 @@ const (
 	soakWarmUp  = 1                // minutes left out of the slopes
 	soakMaxGap  = 10 * time.Second // a heartbeat gap beyond this fails the soak
 	soakDefault = 20 * time.Minute
+	// soakSlowGap is a gap between heartbeats worth explaining: the soak
+	// prints the agent's log lines written during the first few.
+	soakSlowGap = 1500 * time.Millisecond
 )
+
+// soakGap is a slow gap between two heartbeats.
+type soakGap struct{ from, to time.Time }
 
 // soakMetric is one column of the minute table whose growth is judged.
 type soakMetric struct {
@@ -139,6 +146,8 @@ type soak struct {
 	problems []string        // the first failures, in order
 	late     []time.Duration // each heartbeat's gap minus the interval, this minute
 	longGap  time.Duration
+	slow     []soakGap // the first gaps over soakSlowGap
+	respawns int       // daemons the agent restarted after they died, last sample
 }
 
 // soakDuration is AMPHORA_SOAK (make soak's SOAK), 20 minutes if unset.
@@ -482,6 +491,9 @@ func (s *soak) heartbeats(done chan struct{}) {
 			s.mu.Lock()
 			s.late = append(s.late, gap-time.Second)
 			s.longGap = max(s.longGap, gap)
+			if gap > soakSlowGap && len(s.slow) < 5 {
+				s.slow = append(s.slow, soakGap{last, now})
+			}
 			s.mu.Unlock()
 		}
 		last = now
@@ -613,6 +625,13 @@ func (s *soak) sample() soakSampleOf {
 		s.fail("status socket: %v (goroutines %v)", err, live)
 	} else {
 		x.goroutines = float64(live.Goroutines)
+		n := 0
+		for _, d := range live.Daemons {
+			n += d.Respawns
+		}
+		s.mu.Lock()
+		s.respawns = max(s.respawns, n)
+		s.mu.Unlock()
 	}
 	base := s.amp.base()
 	x.haproxy = float64(len(daemonsOf("haproxy", filepath.Join(base, soakLB, "haproxy.cfg"))))
@@ -683,6 +702,12 @@ func (s *soak) verdict(rows []soakRow) bool {
 	if s.longGap > soakMaxGap {
 		failed = true
 	}
+	fmt.Printf("soak: HAProxy and keepalived respawned after dying: %d times (fails above 0)\n", s.respawns)
+	if s.respawns > 0 {
+		failed = true
+	}
+	s.explainSlowGaps()
+	s.summarizeLog()
 	var judged []soakRow
 	for _, r := range rows {
 		if r.minute > soakWarmUp {
@@ -722,6 +747,51 @@ func (s *soak) verdict(rows []soakRow) bool {
 		fmt.Printf("soak: %-16s %8.1f %10.2f %10.2f %14.1f %10.0f %6.1f  %s\n", m.name, sorted[len(sorted)/2], slope, 2*se, low, m.allow, m.step, verdict)
 	}
 	return failed
+}
+
+// explainSlowGaps prints, for the first heartbeat gaps over soakSlowGap,
+// the agent's log lines written during the gap.
+func (s *soak) explainSlowGaps() {
+	lines := strings.Split(s.amp.env.Output(), "\n")
+	for _, g := range s.slow {
+		fmt.Printf("soak: heartbeat gap %v from %s; the agent's log meanwhile:\n", g.to.Sub(g.from).Round(time.Millisecond), g.from.UTC().Format("15:04:05.000"))
+		shown := 0
+		for _, line := range lines {
+			stamp, _, _ := strings.Cut(line, "\t")
+			at, err := time.Parse("2006-01-02T15:04:05.000Z0700", stamp)
+			if err != nil || at.Before(g.from) || at.After(g.to) {
+				continue
+			}
+			if shown++; shown > 20 {
+				fmt.Println("soak:   ...")
+				break
+			}
+			fmt.Printf("soak:   %.300s\n", line)
+		}
+	}
+}
+
+// summarizeLog prints the agent's warnings and errors, one line per
+// message with how often it came.
+func (s *soak) summarizeLog() {
+	count := map[string]int{}
+	for _, line := range strings.Split(s.amp.env.Output(), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) < 4 || (f[1] != "WARN" && f[1] != "ERROR") {
+			continue
+		}
+		// time, level, [logger,] caller, message, [fields]
+		for i := 2; i+1 < len(f); i++ {
+			if strings.Contains(f[i], ".go:") {
+				count[f[1]+" "+f[i+1]]++
+				break
+			}
+		}
+	}
+	fmt.Printf("soak: the agent's warnings and errors: %d kinds\n", len(count))
+	for _, msg := range slices.Sorted(maps.Keys(count)) {
+		fmt.Printf("soak: %6d x %s\n", count[msg], msg)
+	}
 }
 
 // leastSquares fits y = a + b x and returns b and its standard error.
