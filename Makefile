@@ -11,7 +11,7 @@ PORT ?= 9443
 # makes the chroot the package is installed in.
 TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
 
-.PHONY: build deb run demo test test-unit test-system test-interop deps vet bench fuzz clean
+.PHONY: build deb run demo test test-unit test-system test-interop deps vet bench fuzz soak clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -39,6 +39,7 @@ deps:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags 'system interop bench vm' ./...
+	$(GO) vet -tags 'system soak' ./cmd/amphora-agent/
 
 test: deps vet build test-unit test-system demo test-interop test-vm
 
@@ -126,6 +127,17 @@ fuzz:
 	done; \
 	echo "fuzz: $$passed passed, $$failed failed, $$flaked flaked"; \
 	[ $$failed = 0 ]
+
+# The agent against real HAProxy and keepalived for SOAK (default 20m, not
+# part of make test, needs root): 1 s heartbeats, a loop of controller
+# calls, a line of figures a minute, their slopes at the end (TestSoak,
+# cmd/amphora-agent/soak_system_test.go; see README.md, "Soak"). Go
+# durations add up when written one after the other, so the timeout
+# "$(SOAK)10m" is SOAK plus 10 minutes for set-up and clean-up.
+SOAK ?= 20m
+soak: build
+	@if [ "$$(id -u)" != 0 ]; then echo "soak: needs root (it makes network namespaces)"; exit 1; fi
+	AMPHORA_SOAK=$(SOAK) AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags 'system soak' -timeout $(SOAK)10m -run '^TestSoak$$' -v ./cmd/amphora-agent/
 
 clean:
 	rm -rf bin

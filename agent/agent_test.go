@@ -462,3 +462,26 @@ func TestRestartOnlyOptions(t *testing.T) {
 		t.Fatalf("unchanged: %v", got)
 	}
 }
+
+// The status socket carries the agent's goroutine count, which make soak
+// watches for leaks: it follows goroutines started and ended.
+func TestLiveCountsGoroutines(t *testing.T) {
+	f := newFixture(t)
+	before := f.a.Live().Goroutines
+	if before < 1 {
+		t.Fatalf("goroutines = %d", before)
+	}
+	const extra = 5
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range extra {
+		wg.Add(1)
+		go func() { defer wg.Done(); <-stop }()
+	}
+	during := f.a.Live().Goroutines
+	close(stop)
+	wg.Wait()
+	if during < before+extra {
+		t.Fatalf("goroutines %d with %d more running, %d before", during, extra, before)
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -66,6 +67,7 @@ func (a *Agent) Live() status.Live {
 		ConfigFiles: a.files,
 		Ready:       a.ready.Load(),
 		Daemons:     map[string]status.History{},
+		Goroutines:  runtime.NumGoroutine(),
 	}
 	add := func(key string, h procwatch.History) {
 		l.Daemons[key] = status.History{Respawns: h.Restarts, LastExit: h.LastExit, LastExitAt: h.LastExitAt}

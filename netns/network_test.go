@@ -617,3 +617,51 @@ func TestInterfaceNameStaysInFolder(t *testing.T) {
 		t.Errorf("interface down eth1: %v", err)
 	}
 }
+
+// TestPluggedFileOneLinePerInterface: member ports plugged and detached
+// again and again (each new port a new MAC, Nova's detach removing the
+// NIC without a call) leave one line per interface in the
+// plugged-interfaces file, the NIC that holds the name now; the file does
+// not grow with every port ever plugged, and the restore after a reboot
+// waits for no NIC that is gone for good.
+func TestPluggedFileOneLinePerInterface(t *testing.T) {
+	r := newRig(t, false)
+	ctx := context.Background()
+	if got := r.do(ctx, step{"network", "", memberBody}); got != "ok: Plugged on interface eth2" {
+		t.Fatal(got)
+	}
+	var last string
+	for i := range 5 {
+		mac := fmt.Sprintf("fa:16:3e:dd:00:%02x", i)
+		r.k.AddLink("", fmt.Sprintf("ens%d", 10+i), mac)
+		body := `{"mac_address": "` + mac + `", "fixed_ips": [{"ip_address": "203.0.113.130", "subnet_cidr": "203.0.113.128/25", "gateway": null, "host_routes": []}]}`
+		if got := r.do(ctx, step{"network", "", body}); got != "ok: Plugged on interface eth3" {
+			t.Fatalf("plug %d: %s", i, got)
+		}
+		last = mac
+		if i < 4 {
+			r.k.RemoveLink(testNS, "eth3") // detached
+		}
+	}
+	data, err := os.ReadFile(r.cfg.PluggedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := memberMAC + " eth2\n" + last + " eth3\n"; string(data) != want {
+		t.Fatalf("plugged interfaces after 5 plugs and 4 detaches:\n%s\nwant\n%s", data, want)
+	}
+
+	// Reboot: both NICs back in the host namespace; none is missing.
+	k2 := netnstest.NewKernel()
+	k2.AddLink("", "ens4", memberMAC)
+	k2.AddLink("", "ens5", last)
+	n2 := NewNetwork(r.cfg, k2, zaptest.NewLogger(t))
+	NoWaits(n2)
+	if err := n2.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	missing, err := n2.AdoptLatePorts(ctx, false)
+	if err != nil || len(missing) != 0 {
+		t.Fatalf("after the reboot: missing %v, %v", missing, err)
+	}
+}

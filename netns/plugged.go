@@ -47,28 +47,36 @@ func ReadPlugged(path string) ([]Plugged, error) {
 	return out, nil
 }
 
-// addPlugged appends "<mac> <name>" unless the MAC is listed already, and
-// returns how to put back the previous content.
+// addPlugged records "<mac> <name>": the line replaces every line with
+// that MAC or that name, and returns how to put back the previous
+// content. A new port only gets a name no link in the namespace holds, so
+// an older line with the name is a NIC detached since (Nova removes it
+// without a call to the agent); upstream appends only, so its file grows
+// by a line with every member port ever plugged, and the restore after a
+// reboot waits for each of those NICs, which never come back.
 func (n *Network) addPlugged(mac net.HardwareAddr, name string) (func(), error) {
 	path := n.cfg.PluggedFile
 	old, readErr := os.ReadFile(path)
 	if readErr != nil && !errors.Is(readErr, fs.ErrNotExist) {
 		return nil, readErr
 	}
-	list, err := ReadPlugged(path)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range list {
-		if bytes.Equal(p.MAC, mac) {
-			return func() {}, nil
+	line := mac.String() + " " + name
+	var data []byte
+	for _, l := range strings.SplitAfter(string(old), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 {
+			if m, err := normMAC(f[0]); err == nil && (bytes.Equal(m, mac) || f[1] == name) {
+				continue
+			}
 		}
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		data = append(data, strings.TrimSuffix(l, "\n")+"\n"...)
 	}
-	data := old
-	if len(data) > 0 && data[len(data)-1] != '\n' {
-		data = append(data, '\n')
+	data = append(data, line+"\n"...)
+	if bytes.Equal(data, old) {
+		return func() {}, nil
 	}
-	data = append(data, []byte(mac.String()+" "+name+"\n")...)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}

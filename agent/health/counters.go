@@ -30,9 +30,16 @@ const (
 )
 
 // Counters holds, per listener, the last absolute value of each delta
-// metric. Entries of deleted listeners are kept, as upstream does.
+// metric. Upstream keeps the entries of deleted listeners for good, so
+// its file grows with every listener ever created; here Drop removes
+// those of listeners that are gone.
 type Counters struct {
-	m       map[string]map[string]int64
+	m map[string]map[string]int64
+	// seen are the listeners this process took deltas of: only their
+	// entries may be dropped, since only for them does it know whether
+	// they still count (an entry loaded from the file may belong to a
+	// HAProxy that has not answered yet).
+	seen    map[string]struct{}
 	written []byte // what the file holds after the last successful Save
 	// changed says m differs from written (a heartbeat without traffic
 	// changes nothing, and then Save neither renders nor compares).
@@ -40,7 +47,9 @@ type Counters struct {
 }
 
 // NewCounters is an empty state.
-func NewCounters() *Counters { return &Counters{m: map[string]map[string]int64{}} }
+func NewCounters() *Counters {
+	return &Counters{m: map[string]map[string]int64{}, seen: map[string]struct{}{}}
+}
 
 // CountersPath is the counter file of base_path.
 func CountersPath(base string) string { return filepath.Join(base, CountersFile) }
@@ -79,6 +88,9 @@ type deltas struct{ bin, bout, ereq, stot int64 }
 // the stored values; a counter that went down (HAProxy restarted, IPVS
 // counters reset) reports its current value.
 func (c *Counters) deltas(l ListenerReading) deltas {
+	if _, ok := c.seen[l.ID]; !ok {
+		c.seen[l.ID] = struct{}{}
+	}
 	return deltas{
 		bin:  c.Delta(l.ID, metricBin, l.Bin),
 		bout: c.Delta(l.ID, metricBout, l.Bout),
@@ -106,6 +118,47 @@ func (c *Counters) Delta(listener, metric string, current uint64) int64 {
 		return d
 	}
 	return cur
+}
+
+// Drop removes the entries of the listeners this process took deltas of
+// that alive says are gone.
+func (c *Counters) Drop(alive func(listener string) bool) {
+	for id := range c.seen {
+		if !alive(id) {
+			delete(c.m, id)
+			delete(c.seen, id)
+			c.changed = true
+		}
+	}
+}
+
+// dropGoneCounters drops the counters of listeners that no longer count:
+// in none of the load balancers the sender follows (their last good
+// reading, kept while their HAProxy runs, even one whose socket fails)
+// and not among the running LVS listeners. Such a listener's counters
+// start from zero should it come back (a new HAProxy process, as any
+// reload or start makes, or a new IPVS service), and a missing entry
+// reports that just as a stored, higher one does. It only looks when
+// there are more entries than listeners in the message (each listener of
+// the message has one), and not after an LVS reading that came with an
+// error (a listener may be missing from it while still counting).
+func (s *Sender) dropGoneCounters(msg Message, lvs Reading, lvsErr error) {
+	c := s.builder.Counters()
+	if lvsErr != nil || len(c.m) <= len(msg.Listeners) {
+		return
+	}
+	alive := map[string]bool{}
+	for _, l := range lvs.Listeners {
+		alive[l.ID] = true
+	}
+	s.cacheMu.Lock()
+	for _, lb := range s.cache {
+		for _, l := range lb.reading.Listeners {
+			alive[l.ID] = true
+		}
+	}
+	s.cacheMu.Unlock()
+	c.Drop(func(id string) bool { return alive[id] })
 }
 
 // Marshal renders the state as upstream writes it: one JSON object,

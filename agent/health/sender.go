@@ -258,5 +258,7 @@ func (s *Sender) build(ctx context.Context, cfg *config.Config) (Message, counts
 		}
 	}
 	readings = append(readings, lvs)
-	return s.builder.Build(cfg.AmphoraID, readings...), countReadings(reported, readings)
+	msg := s.builder.Build(cfg.AmphoraID, readings...)
+	s.dropGoneCounters(msg, lvs, err)
+	return msg, countReadings(reported, readings)
 }

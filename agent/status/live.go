@@ -31,6 +31,9 @@ type Live struct {
 	Reloads     map[string]Reload  `json:"reloads"`  // by load balancer
 	Refusals    map[string]string  `json:"refusals"` // why a kept failed config was refused, by load balancer
 	Heartbeat   Heartbeat          `json:"heartbeat"`
+	// Goroutines is the agent's count when it answered: a leak of them
+	// shows as a count that keeps rising (make soak watches it).
+	Goroutines int `json:"goroutines"`
 }
 
 // History is a supervised daemon's record since the agent started.
@@ -54,6 +57,7 @@ func Merge(r *Report, l *Live) {
 	r.Agent.Running, r.Agent.State = true, AgentRunning
 	r.Agent.Pid, r.Agent.Version, r.Agent.StartedAt = l.Pid, l.Version, l.StartedAt
 	r.Agent.Ready, r.Agent.Log = l.Ready, l.Log
+	r.Agent.Goroutines = l.Goroutines
 	if len(l.ConfigFiles) > 0 {
 		r.Agent.ConfigFiles = l.ConfigFiles
 	}

@@ -49,6 +49,8 @@ type Agent struct {
 	Ready bool `json:"ready"`
 	// Log says where the agent's own log goes (live).
 	Log string `json:"log,omitempty"`
+	// Goroutines is how many the agent runs (live).
+	Goroutines int `json:"goroutines,omitempty"`
 }
 
 // The agent's states.

@@ -124,7 +124,7 @@ func fakeLive() *Live {
 	start := time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC)
 	return &Live{
 		Pid: 4000, Version: "1.2.3", StartedAt: start, ConfigFiles: []string{"/etc/octavia/amphora-agent.conf"},
-		Ready: true, Log: "the journal (journalctl -u amphora-agent)",
+		Ready: true, Log: "the journal (journalctl -u amphora-agent)", Goroutines: 42,
 		Daemons: map[string]History{
 			DaemonKey("haproxy", lbID): {Respawns: 1, LastExit: "killed by signal killed", LastExitAt: start.Add(30 * time.Minute)},
 			DaemonKey("vrrp", ""):      {},

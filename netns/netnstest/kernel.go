@@ -66,6 +66,28 @@ func (k *Kernel) AddLink(ns, name, mac string) {
 	k.nextIndex++
 }
 
+// RemoveLink deletes a link and its routes from a namespace, as a NIC
+// that Nova detaches disappears without a word to the agent.
+func (k *Kernel) RemoveLink(ns, name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	space := k.spaces[ns]
+	for i, l := range space.links {
+		if l.Name != name {
+			continue
+		}
+		space.links = append(space.links[:i], space.links[i+1:]...)
+		var keep []netns.KRoute
+		for _, r := range space.routes {
+			if r.LinkIndex != l.Index {
+				keep = append(keep, r)
+			}
+		}
+		space.routes = keep
+		return
+	}
+}
+
 func (k *Kernel) check(op string) error {
 	if k.Fail != nil {
 		return k.Fail(op)
