@@ -172,9 +172,12 @@ func TestPacedWaitYields(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The other goroutine runs once at each yield (the run queue is FIFO);
-	// without yielding, only at each of sysmon's preemptions.
-	if got := runs.Load() - before; got < waits-1 {
-		t.Errorf("another runnable goroutine ran %d times during %d waits, want at least %d", got, waits, waits-1)
+	// The other goroutine runs at about each yield; without yielding, only
+	// at sysmon's preemptions (10 ms apart: about 2 in these 20 ms). Half
+	// the waits tells the two apart and leaves room for the runtime's own
+	// goroutines (GC workers, timers, -race), which take some turns on a
+	// loaded machine (18 of 20 was seen).
+	if got := runs.Load() - before; got < waits/2 {
+		t.Errorf("another runnable goroutine ran %d times during %d waits, want at least %d", got, waits, waits/2)
 	}
 }
