@@ -195,20 +195,9 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		bg.start("watchdog", func() error { sd.Watchdog(ctx, timeout, live.check); return nil })
 	}
 
-	// The namespace and the plugged ports come back before any load
-	// balancer starts; a failure is logged and the API still serves.
-	sd.Status("restoring network namespace")
-	var netErr error
-	if why := noDataPlane(); why != "" {
-		// `make run` as a user: one line saying what will not work
-		// instead of a netlink error.
-		log.Warn(fmt.Sprintf("%s: the data-plane namespace %s cannot be made, so plugging NICs and running load balancers or keepalived will fail; the API, configuration and heartbeats work",
-			why, cfg.Namespace))
-	} else {
-		netErr = a.PrepareNetwork(ctx)
-		// A plugged NIC that is not back yet is moved in when it appears.
-		bg.start("late ports", func() error { a.WatchLatePorts(ctx, agent.LatePortsFor); return nil })
-	}
+	// The network is back when Restore returns; the load balancers, the
+	// listeners and keepalived come back in the background.
+	restored := a.Restore(ctx, agent.RestoreOptions{Progress: sd.Status, Go: bg.start, NoDataPlane: noDataPlane()})
 	a.Start(ctx)
 	// Freed heap goes back to the kernel after each burst of requests
 	// and the restore, and once a minute when enough built up.
@@ -216,31 +205,6 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		log.Debug("returned freed memory", zap.Uint64("reclaimable_bytes", n))
 	}})
 	bg.start("memory trim", func() error { trim.Run(ctx); return nil })
-	// Load balancers come back in the background so the API answers at
-	// once; controller mutations wait for the restore's lock.
-	restored := make(chan error, 1)
-	bg.start("restore", func() error {
-		sd.Status("restoring load balancers")
-		lbErr := a.RestoreLoadBalancers(ctx)
-		if lbErr != nil {
-			log.Error("restoring load balancers", zap.Error(lbErr))
-		}
-		sd.Status("restoring UDP and SCTP listeners")
-		lvsErr := a.RestoreLVS(ctx)
-		if lvsErr != nil {
-			log.Error("restoring UDP and SCTP listeners", zap.Error(lvsErr))
-		}
-		// The VRRP keepalived last: its check tracks the load balancers
-		// and the listeners.
-		sd.Status("restoring keepalived")
-		vrrpErr := a.RestoreVRRP(ctx)
-		if vrrpErr != nil {
-			log.Error("restoring keepalived", zap.Error(vrrpErr))
-		}
-		trim.Touch()
-		restored <- errors.Join(netErr, lbErr, lvsErr, vrrpErr)
-		return errors.Join(lbErr, lvsErr, vrrpErr)
-	})
 	// `amphora-agent status` asks on a root-only unix socket; a failure
 	// to offer it is logged and changes nothing else.
 	bg.start("status socket", func() error {
@@ -320,6 +284,8 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		case <-ctx.Done():
 			return nil
 		}
+		// The restore was a burst of work like a burst of requests.
+		trim.Touch()
 		select {
 		case <-serving:
 		case <-ctx.Done():
