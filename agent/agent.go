@@ -218,15 +218,6 @@ func (a *Agent) newSupervisor(cfg *config.Config) *haproxy.Supervisor {
 	})
 }
 
-// RestoreLoadBalancers brings every load balancer back to its desired
-// state (after a reboot or an agent restart), holding the mutation lock so
-// controller requests wait for it.
-func (a *Agent) RestoreLoadBalancers(ctx context.Context) error {
-	return a.Exclusive(ctx, func(ctx context.Context) error {
-		return a.lbs.Restore(ctx)
-	})
-}
-
 // Close stops supervision without stopping HAProxy or keepalived: a
 // restarted agent adopts them, so traffic never stops with the agent.
 func (a *Agent) Close() {

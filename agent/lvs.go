@@ -104,10 +104,3 @@ func (a *Agent) deleteLVS(ctx context.Context, id string) error {
 	}
 	return nil
 }
-
-// RestoreLVS brings the listeners back to their desired state at
-// start-up, after the network and the load balancers, holding the
-// mutation lock.
-func (a *Agent) RestoreLVS(ctx context.Context) error {
-	return a.Exclusive(ctx, a.lvs.Restore)
-}

@@ -35,14 +35,14 @@ func NetworkConfig(cfg *config.Config, activeStandby func() bool) netns.Config {
 	}
 }
 
-// PrepareNetwork runs at start-up, before any load balancer is started: it
+// prepareNetwork runs at start-up, before any load balancer is started: it
 // writes lo.json, ensures the namespace (created if missing, lo up,
 // sysctls), moves every plugged port that is back in the default namespace
 // (after a reboot) into it under its recorded name, and applies every
 // interface file. Failures are logged and returned; the caller keeps
 // serving, since the controller must still reach the API to repair the
 // amphora (or fail it over).
-func (a *Agent) PrepareNetwork(ctx context.Context) error {
+func (a *Agent) prepareNetwork(ctx context.Context) error {
 	err := a.network().Restore(ctx)
 	if err != nil {
 		a.log.Error("network namespace not fully restored", zap.String("namespace", a.Config().Namespace), zap.Error(err))
@@ -56,18 +56,18 @@ func (a *Agent) PrepareNetwork(ctx context.Context) error {
 // when it starts, and how often; a PCI rescan is asked for every
 // lateRescanEvery meanwhile.
 const (
-	LatePortsFor    = 10 * time.Minute
+	latePortsFor    = 10 * time.Minute
 	latePortsEvery  = 2 * time.Second
 	lateRescanEvery = 30 * time.Second
 )
 
-// WatchLatePorts finishes the restore of plugged ports whose NIC appears
+// watchLatePorts finishes the restore of plugged ports whose NIC appears
 // only after start-up (late enumeration after a reboot): until none is
 // missing, or for at most limit, it moves each one that appeared into the
 // namespace and brings it up, holding the mutation lock for each attempt.
 // Before, such a port stayed unplugged until the controller plugged it
 // again.
-func (a *Agent) WatchLatePorts(ctx context.Context, limit time.Duration) {
+func (a *Agent) watchLatePorts(ctx context.Context, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	var lastRescan time.Time
 	var waiting string

@@ -97,7 +97,7 @@ func checkPrepareAndPlugVIP(t *testing.T, k netns.Kernel, ns, mac string) {
 	t.Helper()
 	a, dir := netAgent(t, k, ns, "SINGLE")
 	ctx := context.Background()
-	if err := a.PrepareNetwork(ctx); err != nil {
+	if err := a.prepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if h, err := k.Open(ns); err != nil {
@@ -168,7 +168,7 @@ func TestLatePortIsAdoptedWhenItAppears(t *testing.T) {
 	ns := "aa-fake-" + randHex(3)
 	a, dir := netAgent(t, k, ns, "SINGLE")
 	ctx := context.Background()
-	if err := a.PrepareNetwork(ctx); err != nil {
+	if err := a.prepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": "` + mac + `", "vrrp_ip": "203.0.113.4", "mtu": 1400}`
@@ -180,7 +180,7 @@ func TestLatePortIsAdoptedWhenItAppears(t *testing.T) {
 	// The reboot: a kernel without the NIC, for now.
 	k2 := netnstest.NewKernel()
 	a2 := New(Options{Config: a.Config(), Log: zaptest.NewLogger(t), Runner: fakeRunner{}, Kernel: k2})
-	if err := a2.PrepareNetwork(ctx); err != nil {
+	if err := a2.prepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := linkIn(k2, ns, "eth1"); err == nil {
@@ -191,7 +191,7 @@ func TestLatePortIsAdoptedWhenItAppears(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { a2.WatchLatePorts(ctx, time.Minute); close(done) }()
+	go func() { a2.watchLatePorts(ctx, time.Minute); close(done) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for data, _ := os.ReadFile(rescan); string(data) != "1"; data, _ = os.ReadFile(rescan) {
 		if time.Now().After(deadline) {
@@ -220,11 +220,11 @@ func TestLatePortWatchGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := a.PrepareNetwork(ctx); err != nil {
+	if err := a.prepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { a.WatchLatePorts(ctx, 100*time.Millisecond); close(done) }()
+	go func() { a.watchLatePorts(ctx, 100*time.Millisecond); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

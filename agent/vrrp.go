@@ -86,9 +86,3 @@ func (a *Agent) VRRPAction(ctx context.Context, action string) (string, error) {
 	// Sic: upstream appends "ed", hence "stoped".
 	return "keepalived " + action + "ed", nil
 }
-
-// RestoreVRRP brings keepalived back to its desired state at start-up,
-// after the network and the load balancers, holding the mutation lock.
-func (a *Agent) RestoreVRRP(ctx context.Context) error {
-	return a.Exclusive(ctx, a.vrrp.Restore)
-}

@@ -162,15 +162,10 @@ func loadConfig(files configFiles) (configFiles, *config.Config, []string, error
 	return files, cfg, warnings, nil
 }
 
+// serve runs the agent until a signal or the API's end stops it; HAProxy
+// and keepalived keep running after it returns.
 func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel, sigs <-chan os.Signal) error {
-	// Under systemd the daemons' output goes to the journal too, where
-	// operators look (README: Status and logs).
-	var sink journalfwd.Sink
-	if journalfwd.Available() {
-		sink = journalfwd.Journal{}
-		log.Info("HAProxy's and keepalived's output is forwarded to the journal")
-	}
-	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level, Journal: sink})
+	a := agent.New(agent.Options{ConfigFiles: files, Config: cfg, Log: log.Named("agent"), Level: level, Journal: journalSink(log)})
 	// Supervision ends with the agent, after the background work; HAProxy
 	// and keepalived keep serving and the next agent adopts them.
 	defer a.Close()
@@ -180,99 +175,118 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	defer bg.wait(log, shutdownGrace)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	p := &process{ctx: ctx, log: log, cfg: cfg, a: a, bg: &bg, heartbeat: newHeartbeat(a, log)}
 
-	heartbeat := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
-	a.OnConfig(heartbeat.SetConfig)
-	a.OnLoadBalancerGone(heartbeat.Forget)
-
-	// systemd (Type=notify) hears the restore's progress, READY=1 once the
-	// API serves the restored state, and watchdog pings while the agent's
-	// loops are live. Without NOTIFY_SOCKET nothing is sent.
-	sd := newServiceManager(sdNotify{}, log.Named("systemd"))
-	live := &liveness{now: time.Now, interval: func() time.Duration { return a.Config().HeartbeatInterval },
-		lastCycle: heartbeat.LastCycle}
-	if timeout := watchdogTimeout(log); timeout > 0 {
-		bg.start("watchdog", func() error { sd.Watchdog(ctx, timeout, live.check); return nil })
-	}
-
-	// The namespace and the plugged ports come back before any load
-	// balancer starts; a failure is logged and the API still serves.
-	sd.Status("restoring network namespace")
-	var netErr error
-	if why := noDataPlane(); why != "" {
-		// `make run` as a user: one line saying what will not work
-		// instead of a netlink error.
-		log.Warn(fmt.Sprintf("%s: the data-plane namespace %s cannot be made, so plugging NICs and running load balancers or keepalived will fail; the API, configuration and heartbeats work",
-			why, cfg.Namespace))
-	} else {
-		netErr = a.PrepareNetwork(ctx)
-		// A plugged NIC that is not back yet is moved in when it appears.
-		bg.start("late ports", func() error { a.WatchLatePorts(ctx, agent.LatePortsFor); return nil })
-	}
+	p.startWatchdog()
+	// The network is back when Restore returns; the load balancers, the
+	// listeners and keepalived come back in the background.
+	restored := a.Restore(ctx, agent.RestoreOptions{Progress: p.sd.Status, Go: bg.start, NoDataPlane: noDataPlane()})
 	a.Start(ctx)
+	p.startBackground()
+	srv, serving, ended, err := p.startAPI(files)
+	if err != nil {
+		return err
+	}
+	bg.start("readiness", func() error { p.awaitReady(restored, serving); return nil })
+	return p.waitForSignals(sigs, srv, ended)
+}
+
+// process is the running agent's wiring: what serve starts, and what the
+// signal loop and shutdown act on.
+type process struct {
+	ctx       context.Context
+	log       *zap.Logger
+	cfg       *config.Config // as loaded at start-up
+	a         *agent.Agent
+	bg        *background
+	sd        *serviceManager
+	live      *liveness
+	heartbeat *health.Sender
+	trim      *memtrim.Trimmer
+}
+
+// journalSink is where HAProxy's and keepalived's output goes besides
+// their files: under systemd, the journal, where operators look (README:
+// Status and logs).
+func journalSink(log *zap.Logger) journalfwd.Sink {
+	if !journalfwd.Available() {
+		return nil
+	}
+	log.Info("HAProxy's and keepalived's output is forwarded to the journal")
+	return journalfwd.Journal{}
+}
+
+// newHeartbeat builds the heartbeat sender, which follows the agent's
+// configuration and forgets load balancers that are gone.
+func newHeartbeat(a *agent.Agent, log *zap.Logger) *health.Sender {
+	hb := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
+	a.OnConfig(hb.SetConfig)
+	a.OnLoadBalancerGone(hb.Forget)
+	return hb
+}
+
+// startWatchdog sets up what tells systemd (Type=notify) the restore's
+// progress, READY=1 once the API serves the restored state, and watchdog
+// pings while the agent's loops are live. Without NOTIFY_SOCKET nothing
+// is sent.
+func (p *process) startWatchdog() {
+	a, log := p.a, p.log
+	p.sd = newServiceManager(sdNotify{}, log.Named("systemd"))
+	p.live = &liveness{now: time.Now, interval: func() time.Duration { return a.Config().HeartbeatInterval },
+		lastCycle: p.heartbeat.LastCycle}
+	if timeout := watchdogTimeout(log); timeout > 0 {
+		p.bg.start("watchdog", func() error { p.sd.Watchdog(p.ctx, timeout, p.live.check); return nil })
+	}
+}
+
+// startBackground starts the loops that run beside the API: memory trim,
+// the status socket, heartbeats and the metrics listener.
+func (p *process) startBackground() {
+	ctx, log, cfg := p.ctx, p.log, p.cfg
 	// Freed heap goes back to the kernel after each burst of requests
 	// and the restore, and once a minute when enough built up.
-	trim := memtrim.New(memtrim.Options{Trimmed: func(n uint64) {
+	p.trim = memtrim.New(memtrim.Options{Trimmed: func(n uint64) {
 		log.Debug("returned freed memory", zap.Uint64("reclaimable_bytes", n))
 	}})
-	bg.start("memory trim", func() error { trim.Run(ctx); return nil })
-	// Load balancers come back in the background so the API answers at
-	// once; controller mutations wait for the restore's lock.
-	restored := make(chan error, 1)
-	bg.start("restore", func() error {
-		sd.Status("restoring load balancers")
-		lbErr := a.RestoreLoadBalancers(ctx)
-		if lbErr != nil {
-			log.Error("restoring load balancers", zap.Error(lbErr))
-		}
-		sd.Status("restoring UDP and SCTP listeners")
-		lvsErr := a.RestoreLVS(ctx)
-		if lvsErr != nil {
-			log.Error("restoring UDP and SCTP listeners", zap.Error(lvsErr))
-		}
-		// The VRRP keepalived last: its check tracks the load balancers
-		// and the listeners.
-		sd.Status("restoring keepalived")
-		vrrpErr := a.RestoreVRRP(ctx)
-		if vrrpErr != nil {
-			log.Error("restoring keepalived", zap.Error(vrrpErr))
-		}
-		trim.Touch()
-		restored <- errors.Join(netErr, lbErr, lvsErr, vrrpErr)
-		return errors.Join(lbErr, lvsErr, vrrpErr)
-	})
+	p.bg.start("memory trim", func() error { p.trim.Run(ctx); return nil })
 	// `amphora-agent status` asks on a root-only unix socket; a failure
 	// to offer it is logged and changes nothing else.
-	bg.start("status socket", func() error {
-		if err := serveStatus(ctx, a, heartbeat, a.Config(), log.Named("status")); err != nil {
+	p.bg.start("status socket", func() error {
+		if err := serveStatus(ctx, p.a, p.heartbeat, p.a.Config(), log.Named("status")); err != nil {
 			log.Warn("status socket not available", zap.Error(err))
 		}
 		return nil
 	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
-	live.heartbeatStarted(time.Now())
-	bg.start("heartbeat", func() error { return heartbeat.Run(ctx) })
+	p.live.heartbeatStarted(time.Now())
+	p.bg.start("heartbeat", func() error { return p.heartbeat.Run(ctx) })
 	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
 	metrics := newMetricsServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
 	metrics.extra = lvsSeries(keepalived.LVSLayout{Base: cfg.BasePath}, ipvs.Kernel{Namespace: cfg.Namespace}, log.Named("metrics"))
 	// A burst of scrapes is handed back like a burst of API requests.
-	metrics.scraped = trim.Touch
-	bg.start("metrics", func() error { return metrics.Run(ctx) })
+	metrics.scraped = p.trim.Touch
+	p.bg.start("metrics", func() error { return metrics.Run(ctx) })
+}
 
+// startAPI listens on the API address and serves the controller's
+// requests. serving is closed once the server accepts connections; ended
+// receives how serving ended.
+func (p *process) startAPI(files []string) (srv *http.Server, serving chan struct{}, ended chan error, err error) {
+	a, log, cfg := p.a, p.log, p.cfg
 	tlsCfg, err := certs.ServerConfig(cfg.ServerCert, cfg.ServerCA, cfg.TLSMinVersion, log.Named("tls"))
 	if err != nil {
-		return fmt.Errorf("TLS: %w", err)
+		return nil, nil, nil, fmt.Errorf("TLS: %w", err)
 	}
-	serving := make(chan struct{})
+	serving = make(chan struct{})
 	handler := api.NewHandler(a, log.Named("api"), api.Options{
 		UploadLimit: func() int64 { return a.Config().MaxUploadBytes },
 		Budget:      min(api.DefaultBudget, cfg.RequestReadTimeout),
 	})
-	srv := &http.Server{
+	srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			handler.ServeHTTP(w, r)
-			trim.Touch()
+			p.trim.Touch()
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
@@ -287,7 +301,7 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 	// "::" listens on both families, as upstream's default bind_host does.
 	ln, err := net.Listen("tcp", cfg.ListenAddress())
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	log.Info("amphora agent listening", zap.String("address", ln.Addr().String()),
 		zap.String("version", version), zap.String("amphora_id", cfg.AmphoraID),
@@ -304,53 +318,60 @@ func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.Atomic
 		ErrorBody:        api.UnreadableRequestBody,
 		Log:              log.Named("tls"),
 	})
-	errc := make(chan error, 1)
+	ended = make(chan error, 1)
 	go func() {
 		err := srv.Serve(front)
-		live.apiEnded.Store(true)
-		errc <- err
+		p.live.apiEnded.Store(true)
+		ended <- err
 	}()
-	// READY=1 waits for the restore to end and the API to serve; restore
-	// errors go in its STATUS and do not hold it back, since the
-	// controller needs the API to repair or fail the amphora over.
-	bg.start("readiness", func() error {
-		var restoreErr error
-		select {
-		case restoreErr = <-restored:
-		case <-ctx.Done():
-			return nil
-		}
-		select {
-		case <-serving:
-		case <-ctx.Done():
-			return nil
-		}
-		a.SetReady()
-		sd.Ready(readyStatus(a.Config().BasePath, restoreErr))
-		return nil
-	})
+	return srv, serving, ended, nil
+}
 
+// awaitReady sends READY=1 once the restore has ended and the API serves.
+// Restore errors go in its STATUS and do not hold it back, since the
+// controller needs the API to repair or fail the amphora over.
+func (p *process) awaitReady(restored <-chan error, serving <-chan struct{}) {
+	var restoreErr error
+	select {
+	case restoreErr = <-restored:
+	case <-p.ctx.Done():
+		return
+	}
+	// The restore was a burst of work like a burst of requests.
+	p.trim.Touch()
+	select {
+	case <-serving:
+	case <-p.ctx.Done():
+		return
+	}
+	p.a.SetReady()
+	p.sd.Ready(readyStatus(p.a.Config().BasePath, restoreErr))
+}
+
+// waitForSignals reloads the configuration on SIGHUP and shuts the API
+// down on SIGTERM or SIGINT; it returns when the API has stopped.
+func (p *process) waitForSignals(sigs <-chan os.Signal, srv *http.Server, ended <-chan error) error {
 	for {
 		select {
-		case err := <-errc:
+		case err := <-ended:
 			return err
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				// Off the signal loop: it waits for the mutation lock.
-				bg.start("configuration reload", func() error {
-					rctx, cancel := context.WithTimeout(ctx, reloadWait)
+				p.bg.start("configuration reload", func() error {
+					rctx, cancel := context.WithTimeout(p.ctx, reloadWait)
 					defer cancel()
-					if err := a.Reload(rctx); err != nil {
-						log.Error("configuration reload failed; keeping the current configuration", zap.Error(err))
+					if err := p.a.Reload(rctx); err != nil {
+						p.log.Error("configuration reload failed; keeping the current configuration", zap.Error(err))
 					}
 					return nil
 				})
 				continue
 			}
-			log.Info("shutting down", zap.String("signal", sig.String()))
-			sd.Stopping()
+			p.log.Info("shutting down", zap.String("signal", sig.String()))
+			p.sd.Stopping()
 			// Requests in flight finish first; then the background work is
-			// stopped and joined (deferred above). Daemons keep running.
+			// stopped and joined (deferred in serve). Daemons keep running.
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 			err := srv.Shutdown(sctx)
 			cancel()
