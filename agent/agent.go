@@ -285,12 +285,16 @@ func (a *Agent) loadBalancerGone(lb string) {
 // lifecycle step inside has a tighter deadline of its own.
 const mutationTimeout = 55 * time.Second
 
-// Exclusive runs fn while holding the mutation lock, so concurrent
+// exclusive runs fn while holding the mutation lock, so concurrent
 // controller flows never interleave changes. Waiting gives up only when ctx
 // ends (the client went away, or shutdown); once fn holds the
 // lock it runs to completion under its own deadline, whatever happens to
 // ctx, so a client that hangs up never leaves a change half done.
-func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) error {
+//
+// The agent is the lock's only owner: every exported method that changes
+// state takes it here, so no caller (the API, SIGHUP, start-up) can forget
+// it, or hold it across two calls.
+func (a *Agent) exclusive(ctx context.Context, fn func(context.Context) error) error {
 	select {
 	case a.mutate <- struct{}{}:
 	default:
@@ -310,6 +314,16 @@ func (a *Agent) Exclusive(ctx context.Context, fn func(context.Context) error) e
 	return fn(ctx)
 }
 
+// locked is exclusive for a mutation that answers with a value.
+func locked[T any](a *Agent, ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	var v T
+	err := a.exclusive(ctx, func(ctx context.Context) (err error) {
+		v, err = fn(ctx)
+		return err
+	})
+	return v, err
+}
+
 // errAbandoned ends a wait for the lock whose caller gave up: a client
 // that went away (nobody reads the answer, but the access log shows it),
 // shutdown, or a SIGHUP that waited too long.
@@ -323,7 +337,7 @@ func errAbandoned(ctx context.Context) error {
 // PUT /1.0/config would refuse (a bad value, even of a heartbeat option, or
 // an empty or partial file) leave the configuration in force as it is.
 func (a *Agent) Reload(ctx context.Context) error {
-	return a.Exclusive(ctx, func(context.Context) error {
+	return a.exclusive(ctx, func(context.Context) error {
 		sources, err := config.ReadFiles(a.files)
 		if err != nil {
 			return err
@@ -342,23 +356,25 @@ func (a *Agent) Reload(ctx context.Context) error {
 // the options upstream applies live. An invalid upload leaves the file and
 // the running configuration untouched (upstream writes anything).
 func (a *Agent) UpdateConfig(ctx context.Context, body []byte) error {
-	if len(a.files) == 0 {
-		return fault.Internal("Unable to update amphora-agent configuration.", "the agent was started without --config-file", nil)
-	}
-	sources, err := config.ReadFiles(a.files[1:])
-	if err != nil {
-		return fault.Internal("Unable to update amphora-agent configuration.", err.Error(), err)
-	}
-	sources = append([]config.Source{{Name: a.files[0] + " (uploaded)", Data: body}}, sources...)
-	cfg, warnings, err := config.LoadStrict(sources)
-	if err != nil {
-		return fault.Invalid("Invalid amphora-agent configuration", err.Error())
-	}
-	if err := fsutil.WriteFile(a.files[0], body, 0o600); err != nil {
-		return fault.Internal("Unable to update amphora-agent configuration.", err.Error(), err)
-	}
-	a.apply(cfg, warnings)
-	return nil
+	return a.exclusive(ctx, func(ctx context.Context) error {
+		if len(a.files) == 0 {
+			return fault.Internal("Unable to update amphora-agent configuration.", "the agent was started without --config-file", nil)
+		}
+		sources, err := config.ReadFiles(a.files[1:])
+		if err != nil {
+			return fault.Internal("Unable to update amphora-agent configuration.", err.Error(), err)
+		}
+		sources = append([]config.Source{{Name: a.files[0] + " (uploaded)", Data: body}}, sources...)
+		cfg, warnings, err := config.LoadStrict(sources)
+		if err != nil {
+			return fault.Invalid("Invalid amphora-agent configuration", err.Error())
+		}
+		if err := fsutil.WriteFile(a.files[0], body, 0o600); err != nil {
+			return fault.Internal("Unable to update amphora-agent configuration.", err.Error(), err)
+		}
+		a.apply(cfg, warnings)
+		return nil
+	})
 }
 
 // apply makes cfg the configuration in force. Options that need a new
@@ -450,24 +466,26 @@ func (a *Agent) applyLevel(cfg *config.Config) {
 // amphora's clock alone is taken with a warning, as the clocks may differ.
 // The next TLS handshake serves the new certificate.
 func (a *Agent) RotateCertificate(ctx context.Context, body []byte) error {
-	skew, err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now())
-	if err != nil {
-		return fault.Invalid("Invalid certificate", err.Error())
-	}
-	switch {
-	case skew.Early > 0:
-		a.log.Warn("rotated server certificate is not valid yet by this amphora's clock; accepted, the controller's clock may be ahead",
-			zap.Duration("valid_in", skew.Early.Round(time.Second)))
-	case skew.Late > 0:
-		a.log.Warn("rotated server certificate has expired by this amphora's clock; accepted, the controller's clock may be behind",
-			zap.Duration("expired_for", skew.Late.Round(time.Second)), zap.Duration("tolerance", certs.ExpiryTolerance))
-	}
-	path := a.Config().ServerCert
-	if err := fsutil.WriteFile(path, body, 0o600); err != nil {
-		return fault.Internal("Unable to update the agent certificate.", err.Error(), err)
-	}
-	a.log.Info("server certificate rotated", zap.String("file", path))
-	return nil
+	return a.exclusive(ctx, func(ctx context.Context) error {
+		skew, err := certs.ValidateServerPEM(body, a.Config().AmphoraID, time.Now())
+		if err != nil {
+			return fault.Invalid("Invalid certificate", err.Error())
+		}
+		switch {
+		case skew.Early > 0:
+			a.log.Warn("rotated server certificate is not valid yet by this amphora's clock; accepted, the controller's clock may be ahead",
+				zap.Duration("valid_in", skew.Early.Round(time.Second)))
+		case skew.Late > 0:
+			a.log.Warn("rotated server certificate has expired by this amphora's clock; accepted, the controller's clock may be behind",
+				zap.Duration("expired_for", skew.Late.Round(time.Second)), zap.Duration("tolerance", certs.ExpiryTolerance))
+		}
+		path := a.Config().ServerCert
+		if err := fsutil.WriteFile(path, body, 0o600); err != nil {
+			return fault.Internal("Unable to update the agent certificate.", err.Error(), err)
+		}
+		a.log.Info("server certificate rotated", zap.String("file", path))
+		return nil
+	})
 }
 
 func (a *Agent) haproxyLayout() haproxy.Layout { return a.lbStore.Layout }

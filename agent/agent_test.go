@@ -282,16 +282,14 @@ func TestUpdateConfig(t *testing.T) {
 	}
 	// While another mutation runs, SIGHUP waits its turn (here: gives up
 	// waiting) instead of slipping a configuration in under it.
-	held, free := make(chan struct{}), make(chan struct{})
-	go f.a.Exclusive(context.Background(), func(context.Context) error { close(held); <-free; return nil })
-	<-held
+	free := holdTheLock(f.a)
 	busy, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	err = f.a.Reload(busy)
 	cancel()
 	if fe, ok := fault.As(err); !ok || fe.Message != "Request abandoned" || !f.a.Config().ActiveStandby() || len(seen) != 1 {
 		t.Fatalf("SIGHUP during a mutation: %v; applied %d", err, len(seen))
 	}
-	close(free)
+	free()
 	if err := f.a.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,8 @@ type coalesced struct {
 
 // do runs fn for key, or joins a run that has not taken the lock yet. fn
 // waits for the lock with wait (which ends when every caller has given
-// up) and must call locked as soon as it holds the lock.
-func (c *coalescer) do(ctx context.Context, key string, fn func(wait context.Context, locked func()) (string, error)) (string, error) {
+// up) and must call holding as soon as it holds the lock.
+func (c *coalescer) do(ctx context.Context, key string, fn func(wait context.Context, holding func()) (string, error)) (string, error) {
 	c.mu.Lock()
 	if c.pending == nil {
 		c.pending = map[string]*coalesced{}

@@ -101,19 +101,26 @@ func TestCancelledRequestTakesAFreeLock(t *testing.T) {
 	}
 }
 
+// holdTheLock stands for a long change: it returns once the mutation lock
+// is held, and the lock is freed when the returned func is called.
+func holdTheLock(a *Agent) (free func()) {
+	held, done := make(chan struct{}), make(chan struct{})
+	go a.exclusive(context.Background(), func(context.Context) error {
+		close(held)
+		<-done
+		return nil
+	})
+	<-held
+	return func() { close(done) }
+}
+
 // A reload that joined a queued one gets the reload's result even when
 // the request that queued it first gives up.
 func TestJoinedReloadDoesNotInheritCancellation(t *testing.T) {
 	a, lbs := gatedAgent(t)
 	lbs.running["lb1"] = true
 	// Another mutation holds the lock while the reloads queue.
-	held, free := make(chan struct{}), make(chan struct{})
-	go a.Exclusive(context.Background(), func(context.Context) error {
-		close(held)
-		<-free
-		return nil
-	})
-	<-held
+	free := holdTheLock(a)
 	firstCtx, firstGivesUp := context.WithCancel(context.Background())
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -143,7 +150,7 @@ func TestJoinedReloadDoesNotInheritCancellation(t *testing.T) {
 	if fe, ok := fault.As(within(t, "first", first)); !ok || fe.Message != "Request abandoned" {
 		t.Fatalf("the first caller: %v", fe)
 	}
-	close(free)
+	free()
 	select {
 	case <-lbs.entered:
 	case err := <-second:
@@ -168,5 +175,68 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waiting for %s: timed out", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The agent owns the mutation lock: while a change runs, every other
+// exported mutation waits for it (here: gives up waiting, having done
+// nothing), and every read goes ahead. The inputs are invalid, so a
+// mutation that skipped the lock fails for another reason and touches
+// nothing.
+func TestEveryMutationTakesTheLock(t *testing.T) {
+	f := newFixture(t)
+	a := f.a
+	defer holdTheLock(a)()
+
+	const lb = "0b0b0b0b-0000-4000-8000-000000000001"
+	bad := []byte("not a valid body")
+	mutations := map[string]func(context.Context) error{
+		"UpdateConfig":      func(ctx context.Context) error { return a.UpdateConfig(ctx, bad) },
+		"RotateCertificate": func(ctx context.Context) error { return a.RotateCertificate(ctx, bad) },
+		"PlugVIP":           func(ctx context.Context) error { _, err := a.PlugVIP(ctx, "not-an-ip", bad); return err },
+		"PlugNetwork":       func(ctx context.Context) error { _, err := a.PlugNetwork(ctx, bad); return err },
+		"SetInterfaceRules": func(ctx context.Context) error { return a.SetInterfaceRules(ctx, "not-an-ip", bad) },
+		"UploadHAProxy":     func(ctx context.Context) error { _, err := a.UploadHAProxy(ctx, "amp-1", "../x", bad); return err },
+		"LoadBalancerAction start": func(ctx context.Context) error {
+			_, err := a.LoadBalancerAction(ctx, lb, "start")
+			return err
+		},
+		"LoadBalancerAction reload": func(ctx context.Context) error {
+			_, err := a.LoadBalancerAction(ctx, lb, "reload")
+			return err
+		},
+		"DeleteListener":    func(ctx context.Context) error { return a.DeleteListener(ctx, "../x") },
+		"PutCertificate":    func(ctx context.Context) error { _, err := a.PutCertificate(ctx, "../x", "a.pem", bad); return err },
+		"DeleteCertificate": func(ctx context.Context) error { return a.DeleteCertificate(ctx, "../x", "a.pem") },
+		"UploadVRRP":        func(ctx context.Context) error { _, err := a.UploadVRRP(ctx, bad); return err },
+		"VRRPAction":        func(ctx context.Context) error { _, err := a.VRRPAction(ctx, "no-such-action"); return err },
+		"UploadLVS":         func(ctx context.Context) error { _, err := a.UploadLVS(ctx, "amp-1", "../x", bad); return err },
+		"Reload":            a.Reload,
+	}
+	for name, mutate := range mutations {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := mutate(ctx)
+		cancel()
+		if fe, ok := fault.As(err); !ok || fe.Message != "Request abandoned" {
+			t.Errorf("%s while another change runs: %v, want it to wait for the lock", name, err)
+		}
+	}
+
+	reads := map[string]func(context.Context) error{
+		"Info":           func(ctx context.Context) error { _, err := a.Info(ctx); return err },
+		"Details":        func(ctx context.Context) error { _, err := a.Details(ctx); return err },
+		"Listeners":      func(ctx context.Context) error { _, err := a.Listeners(ctx); return err },
+		"HAProxyConfig":  func(ctx context.Context) error { _, _, err := a.HAProxyConfig(ctx, lb); return err },
+		"CertificateMD5": func(ctx context.Context) error { _, err := a.CertificateMD5(ctx, lb, "a.pem"); return err },
+		"LVSConfig":      func(ctx context.Context) error { _, err := a.LVSConfig(ctx, lb); return err },
+		"InterfaceFor":   func(ctx context.Context) error { _, err := a.InterfaceFor(ctx, "203.0.113.1"); return err },
+	}
+	for name, read := range reads {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := read(ctx)
+		cancel()
+		if fe, ok := fault.As(err); ok && fe.Message == "Request abandoned" {
+			t.Errorf("%s waited for the mutation lock", name)
+		}
 	}
 }

@@ -59,11 +59,13 @@ func (a *Agent) reservedNames() map[string]string {
 // UploadHAProxy validates and stores a load balancer's HAProxy config and
 // returns its ETag (the md5 of the body as received).
 func (a *Agent) UploadHAProxy(ctx context.Context, amphoraID, lb string, body []byte) (string, error) {
-	if err := a.lbStore.Upload(ctx, amphoraID, lb, body); err != nil {
-		a.outcomes.refused(lb, err)
-		return "", err
-	}
-	return haproxy.MD5(body), nil
+	return locked(a, ctx, func(ctx context.Context) (string, error) {
+		if err := a.lbStore.Upload(ctx, amphoraID, lb, body); err != nil {
+			a.outcomes.refused(lb, err)
+			return "", err
+		}
+		return haproxy.MD5(body), nil
+	})
 }
 
 // HAProxyConfig returns the stored config and its md5.
@@ -78,9 +80,9 @@ func (a *Agent) HAProxyConfig(ctx context.Context, lb string) ([]byte, string, e
 // LoadBalancerAction runs start, stop or reload on a load balancer and
 // returns the details text upstream answers with.
 //
-// It takes the mutation lock itself: reloads of one load balancer that
-// queue for the lock are served by a single reload (the controller's
-// flows and retries may send several).
+// It takes the mutation lock; reloads of one load balancer that queue for
+// the lock are served by a single reload (the controller's flows and
+// retries may send several).
 func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (string, error) {
 	action = strings.ToLower(action)
 	switch action {
@@ -89,21 +91,15 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 		return "", fault.Invalid("Invalid Request", "Unknown action: "+action)
 	}
 	if action != actionReload {
-		var details string
-		err := a.Exclusive(ctx, func(ctx context.Context) (err error) {
-			details, err = a.loadBalancerAction(ctx, id, action)
-			return err
+		return locked(a, ctx, func(ctx context.Context) (string, error) {
+			return a.loadBalancerAction(ctx, id, action)
 		})
-		return details, err
 	}
-	return a.reloads.do(ctx, id, func(wait context.Context, locked func()) (string, error) {
-		var details string
-		err := a.Exclusive(wait, func(ctx context.Context) (err error) {
-			locked()
-			details, err = a.loadBalancerAction(ctx, id, action)
-			return err
+	return a.reloads.do(ctx, id, func(wait context.Context, holding func()) (string, error) {
+		return locked(a, wait, func(ctx context.Context) (string, error) {
+			holding()
+			return a.loadBalancerAction(ctx, id, action)
 		})
-		return details, err
 	})
 }
 
@@ -198,45 +194,49 @@ func (a *Agent) updateVRRPCheck(excluded string) error {
 // neither (unknown, or one of the agent's own folders) succeeds with
 // nothing touched: the controller repeats deletes.
 func (a *Agent) DeleteListener(ctx context.Context, id string) error {
-	if a.isLVS(id) {
-		return a.deleteLVS(ctx, id)
-	}
-	if !a.haproxyLayout().Known(id) {
-		return nil
-	}
-	// Refreshed before the folder goes, as upstream: the check leaves this
-	// load balancer out but still sees one exists, so deleting the last
-	// one leaves a check with no sockets, which passes. Afterwards it
-	// would find none and write "exit 1": both amphorae would go to FAULT
-	// and drop the VIP.
-	vrrp := a.checkScripts().VRRPInUse()
-	refreshCheck := func(excluded string) {
-		if err := a.updateVRRPCheck(excluded); err != nil {
-			a.log.Warn("updating the VRRP check script", zap.String("lb", id), zap.Error(err))
+	return a.exclusive(ctx, func(ctx context.Context) error {
+		if a.isLVS(id) {
+			return a.deleteLVS(ctx, id)
 		}
-	}
-	if vrrp {
-		refreshCheck(id)
-	}
-	err := a.lbs.Delete(ctx, id)
-	a.loadBalancerGone(id)
-	if err != nil {
+		if !a.haproxyLayout().Known(id) {
+			return nil
+		}
+		// Refreshed before the folder goes, as upstream: the check leaves this
+		// load balancer out but still sees one exists, so deleting the last
+		// one leaves a check with no sockets, which passes. Afterwards it
+		// would find none and write "exit 1": both amphorae would go to FAULT
+		// and drop the VIP.
+		vrrp := a.checkScripts().VRRPInUse()
+		refreshCheck := func(excluded string) {
+			if err := a.updateVRRPCheck(excluded); err != nil {
+				a.log.Warn("updating the VRRP check script", zap.String("lb", id), zap.Error(err))
+			}
+		}
 		if vrrp {
-			// HAProxy did not stop and nothing was removed: check it again.
-			refreshCheck("")
+			refreshCheck(id)
 		}
-		return err
-	}
-	a.outcomes.forget(id)
-	if err := a.certStore().RemoveAll(id, a.lbID); err != nil {
-		a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))
-	}
-	return nil
+		err := a.lbs.Delete(ctx, id)
+		a.loadBalancerGone(id)
+		if err != nil {
+			if vrrp {
+				// HAProxy did not stop and nothing was removed: check it again.
+				refreshCheck("")
+			}
+			return err
+		}
+		a.outcomes.forget(id)
+		if err := a.certStore().RemoveAll(id, a.lbID); err != nil {
+			a.log.Warn("removing certificates", zap.String("lb", id), zap.Error(err))
+		}
+		return nil
+	})
 }
 
 // PutCertificate stores a listener certificate and returns its md5.
 func (a *Agent) PutCertificate(ctx context.Context, lb, name string, body []byte) (string, error) {
-	return a.certStore().Put(lb, name, body, a.lbID)
+	return locked(a, ctx, func(ctx context.Context) (string, error) {
+		return a.certStore().Put(lb, name, body, a.lbID)
+	})
 }
 
 // CertificateMD5 returns the md5 of a stored certificate.
@@ -246,7 +246,9 @@ func (a *Agent) CertificateMD5(ctx context.Context, lb, name string) (string, er
 
 // DeleteCertificate removes a stored certificate.
 func (a *Agent) DeleteCertificate(ctx context.Context, lb, name string) error {
-	return a.certStore().Delete(lb, name, a.lbID)
+	return a.exclusive(ctx, func(ctx context.Context) error {
+		return a.certStore().Delete(lb, name, a.lbID)
+	})
 }
 
 // ValidateCertificateName applies the certificate file name rules.

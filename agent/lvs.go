@@ -33,23 +33,25 @@ func (a *Agent) newLVS(cfg *config.Config) *keepalived.LVS {
 // UploadLVS validates and stores a UDP or SCTP listener's keepalived
 // config and returns its ETag. Nothing is started. In ACTIVE_STANDBY the
 // VRRP checks learn of the listener. amphoraID is not used, as upstream.
-// Runs under the mutation lock.
+// Takes the mutation lock.
 func (a *Agent) UploadLVS(ctx context.Context, amphoraID, id string, body []byte) (string, error) {
-	if err := a.lbID(id); err != nil {
-		return "", fault.Invalid("Invalid request", strings.Replace(err.Error(), "load balancer", "listener", 1))
-	}
-	if err := a.lvs.Upload(ctx, id, body); err != nil {
-		return "", err
-	}
-	if a.Config().ActiveStandby() {
-		if err := a.checkScripts().WriteLVSCheck(a.lvsLayout().Dir()); err != nil {
-			return "", fault.Internalf("writing the LVS VRRP check script: %w", err)
+	return locked(a, ctx, func(ctx context.Context) (string, error) {
+		if err := a.lbID(id); err != nil {
+			return "", fault.Invalid("Invalid request", strings.Replace(err.Error(), "load balancer", "listener", 1))
 		}
-		if err := a.updateVRRPCheck(""); err != nil {
+		if err := a.lvs.Upload(ctx, id, body); err != nil {
 			return "", err
 		}
-	}
-	return haproxy.MD5(body), nil
+		if a.Config().ActiveStandby() {
+			if err := a.checkScripts().WriteLVSCheck(a.lvsLayout().Dir()); err != nil {
+				return "", fault.Internalf("writing the LVS VRRP check script: %w", err)
+			}
+			if err := a.updateVRRPCheck(""); err != nil {
+				return "", err
+			}
+		}
+		return haproxy.MD5(body), nil
+	})
 }
 
 // LVSConfig returns a listener's stored config.

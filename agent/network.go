@@ -73,7 +73,7 @@ func (a *Agent) watchLatePorts(ctx context.Context, limit time.Duration) {
 	var waiting string
 	for {
 		var missing []netns.Plugged
-		err := a.Exclusive(ctx, func(ctx context.Context) error {
+		err := a.exclusive(ctx, func(ctx context.Context) error {
 			rescan := time.Since(lastRescan) >= lateRescanEvery
 			if rescan {
 				lastRescan = time.Now()
@@ -118,12 +118,16 @@ func (a *Agent) watchLatePorts(ctx context.Context, limit time.Duration) {
 // PlugVIP is POST /1.0/plug/vip/{vip}: it returns the 202 details text.
 // A missing NIC is an error matching netns.ErrNoInterface.
 func (a *Agent) PlugVIP(ctx context.Context, vip string, body []byte) (string, error) {
-	return a.network().PlugVIP(ctx, vip, body)
+	return locked(a, ctx, func(ctx context.Context) (string, error) {
+		return a.network().PlugVIP(ctx, vip, body)
+	})
 }
 
 // PlugNetwork is POST /1.0/plug/network: it returns the 202 details text.
 func (a *Agent) PlugNetwork(ctx context.Context, body []byte) (string, error) {
-	return a.network().PlugNetwork(ctx, body)
+	return locked(a, ctx, func(ctx context.Context) (string, error) {
+		return a.network().PlugNetwork(ctx, body)
+	})
 }
 
 // InterfaceFor is GET /1.0/interface/{ip}: the interface inside the
@@ -134,5 +138,7 @@ func (a *Agent) InterfaceFor(ctx context.Context, ip string) (string, error) {
 
 // SetInterfaceRules is PUT /1.0/interface/{ip}/rules.
 func (a *Agent) SetInterfaceRules(ctx context.Context, ip string, body []byte) error {
-	return a.network().SetRules(ctx, ip, body)
+	return a.exclusive(ctx, func(ctx context.Context) error {
+		return a.network().SetRules(ctx, ip, body)
+	})
 }

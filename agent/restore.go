@@ -81,7 +81,7 @@ func (a *Agent) restoreDaemons(ctx context.Context, progress func(string)) error
 	var errs []error
 	for _, s := range steps {
 		progress(s.status)
-		if err := a.Exclusive(ctx, s.run); err != nil {
+		if err := a.exclusive(ctx, s.run); err != nil {
 			a.log.Error(s.status, zap.Error(err))
 			errs = append(errs, err)
 		}

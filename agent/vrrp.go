@@ -43,46 +43,50 @@ func (a *Agent) vrrpLayout() keepalived.VRRPLayout {
 
 // UploadVRRP validates and stores the keepalived (VRRP) config, refreshes
 // the HAProxy check keepalived tracks, and returns the ETag (the md5 of
-// the body). keepalived is neither started nor reloaded. Runs under the
+// the body). keepalived is neither started nor reloaded. Takes the
 // mutation lock.
 func (a *Agent) UploadVRRP(ctx context.Context, body []byte) (string, error) {
-	if err := a.vrrp.Upload(ctx, body); err != nil {
-		return "", err
-	}
-	if err := a.updateVRRPCheck(""); err != nil {
-		return "", err
-	}
-	return haproxy.MD5(body), nil
+	return locked(a, ctx, func(ctx context.Context) (string, error) {
+		if err := a.vrrp.Upload(ctx, body); err != nil {
+			return "", err
+		}
+		if err := a.updateVRRPCheck(""); err != nil {
+			return "", err
+		}
+		return haproxy.MD5(body), nil
+	})
 }
 
 // VRRPAction starts, stops or reloads keepalived and returns upstream's
-// details text; start on a running keepalived is a reload. Runs under the
+// details text; start on a running keepalived is a reload. Takes the
 // mutation lock.
 func (a *Agent) VRRPAction(ctx context.Context, action string) (string, error) {
-	action = strings.ToLower(action)
-	var err error
-	switch action {
-	case actionStart:
-		var reloaded bool
-		if reloaded, err = a.vrrp.Start(ctx); reloaded {
-			action = actionReload
+	return locked(a, ctx, func(ctx context.Context) (string, error) {
+		action = strings.ToLower(action)
+		var err error
+		switch action {
+		case actionStart:
+			var reloaded bool
+			if reloaded, err = a.vrrp.Start(ctx); reloaded {
+				action = actionReload
+			}
+		case actionReload:
+			var started bool
+			if started, err = a.vrrp.Reload(ctx); started {
+				action = actionStart
+			}
+		case actionStop:
+			err = a.vrrp.Stop(ctx)
+		default:
+			return "", fault.Invalid("Invalid Request", "Unknown action: "+action)
 		}
-	case actionReload:
-		var started bool
-		if started, err = a.vrrp.Reload(ctx); started {
-			action = actionStart
+		if err != nil {
+			if _, ok := fault.As(err); ok {
+				return "", err
+			}
+			return "", fault.Internal("Failed to "+action+" octavia-keepalived service", err.Error(), err)
 		}
-	case actionStop:
-		err = a.vrrp.Stop(ctx)
-	default:
-		return "", fault.Invalid("Invalid Request", "Unknown action: "+action)
-	}
-	if err != nil {
-		if _, ok := fault.As(err); ok {
-			return "", err
-		}
-		return "", fault.Internal("Failed to "+action+" octavia-keepalived service", err.Error(), err)
-	}
-	// Sic: upstream appends "ed", hence "stoped".
-	return "keepalived " + action + "ed", nil
+		// Sic: upstream appends "ed", hence "stoped".
+		return "keepalived " + action + "ed", nil
+	})
 }

@@ -157,15 +157,15 @@ func (s *Supervisor) Start(ctx context.Context, lb string) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	in := s.instance(lb)
-	in.d.Lock()
-	defer in.d.Unlock()
-	if err := in.d.SetDesiredLocked(true); err != nil {
-		return fault.Internalf("%w", err)
-	}
-	if in.d.ProcLocked() != nil {
-		return nil
-	}
-	return in.startOrRestore(ctx, "Error starting haproxy")
+	return in.d.With(func(h *procwatch.Held) error {
+		if err := h.SetDesired(true); err != nil {
+			return fault.Internalf("%w", err)
+		}
+		if h.Proc() != nil {
+			return nil
+		}
+		return in.startOrRestore(ctx, h, "Error starting haproxy")
+	})
 }
 
 // Stop stops lb and remembers that it must stay stopped.
@@ -174,19 +174,19 @@ func (s *Supervisor) Stop(ctx context.Context, lb string) error {
 		return notFound(lb)
 	}
 	in := s.instance(lb)
-	in.d.Lock()
-	defer in.d.Unlock()
-	// HAProxy stops even when its stopped state cannot be recorded (a
-	// full disk): the controller asked for it to stop, and hears about
-	// the record after.
-	recErr := in.d.SetDesiredLocked(false)
-	if err := in.stopLocked(); err != nil {
-		return errors.Join(err, recErr)
-	}
-	if recErr != nil {
-		return fault.Internal("HAProxy stopped, but its stopped state could not be recorded", recErr.Error(), recErr)
-	}
-	return nil
+	return in.d.With(func(h *procwatch.Held) error {
+		// HAProxy stops even when its stopped state cannot be recorded (a
+		// full disk): the controller asked for it to stop, and hears about
+		// the record after.
+		recErr := h.SetDesired(false)
+		if err := in.stop(h); err != nil {
+			return errors.Join(err, recErr)
+		}
+		if recErr != nil {
+			return fault.Internal("HAProxy stopped, but its stopped state could not be recorded", recErr.Error(), recErr)
+		}
+		return nil
+	})
 }
 
 // Reload makes lb run its stored config without dropping connections. A
@@ -198,18 +198,21 @@ func (s *Supervisor) Reload(ctx context.Context, lb string) (started bool, err e
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	in := s.instance(lb)
-	in.d.Lock()
-	defer in.d.Unlock()
-	return in.reloadLocked(ctx)
+	err = in.d.With(func(h *procwatch.Held) error {
+		started, err = in.reload(ctx, h)
+		return err
+	})
+	return started, err
 }
 
 // Delete stops lb and removes its files.
 func (s *Supervisor) Delete(ctx context.Context, lb string) error {
 	in := s.instance(lb)
-	in.d.Lock()
-	err := in.stopLocked()
-	in.d.RemoveLocked()
-	in.d.Unlock()
+	err := in.d.With(func(h *procwatch.Held) error {
+		err := in.stop(h)
+		h.Remove()
+		return err
+	})
 	if err != nil {
 		return fault.Internal("Error stopping haproxy", err.Error(), err)
 	}
@@ -244,12 +247,12 @@ func (s *Supervisor) Restore(ctx context.Context) error {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			in := s.instance(lb)
-			in.d.Lock()
-			defer in.d.Unlock()
-			octx, cancel := detach(ctx)
-			defer cancel()
-			err := in.d.RestoreLocked(octx, func(ctx context.Context) error {
-				return in.startOrRestore(ctx, "Error starting haproxy")
+			err := in.d.With(func(h *procwatch.Held) error {
+				octx, cancel := detach(ctx)
+				defer cancel()
+				return h.Restore(octx, func(ctx context.Context) error {
+					return in.startOrRestore(ctx, h, "Error starting haproxy")
+				})
 			})
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %w", lb, err)
@@ -261,7 +264,8 @@ func (s *Supervisor) Restore(ctx context.Context) error {
 }
 
 // instance is the supervision of one load balancer. Its fields are
-// guarded by d's lock.
+// guarded by d's lock: what touches them runs inside d.With, and the
+// methods that do take its Held.
 type instance struct {
 	s  *Supervisor
 	lb string
@@ -363,13 +367,13 @@ func (in *instance) died(proc *procwatch.Process) {
 	}
 }
 
-func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
-	if err := in.d.SetDesiredLocked(true); err != nil {
+func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error) {
+	if err := h.SetDesired(true); err != nil {
 		return false, fault.Internalf("%w", err)
 	}
-	proc := in.d.ProcLocked()
+	proc := h.Proc()
 	if proc == nil {
-		return true, in.startOrRestore(ctx, "Error starting haproxy")
+		return true, in.startOrRestore(ctx, h, "Error starting haproxy")
 	}
 	// As upstream's ExecReload: never hand the master a config that does
 	// not pass the check (the file or the user/group file may have changed
@@ -380,7 +384,7 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	// The config that ran until now becomes the last good one while the
 	// master reloads: only a rollback reads it, and none starts before the
 	// reload's outcome is known.
-	confirmed := in.confirmAsync()
+	confirmed := in.confirmAsync(h)
 	// HAProxy dumps its servers for the new master while the master tells
 	// which workers it runs now: both before the signal.
 	var (
@@ -398,13 +402,13 @@ func (in *instance) reloadLocked(ctx context.Context) (bool, error) {
 	worker, err := in.signalReloadFrom(ctx, proc, before, beforeErr)
 	confirmed()
 	if err == nil {
-		in.loaded()
+		in.loaded(h)
 		go in.watchWorker(proc, worker, in.loads, offset)
 		return false, nil
 	}
 	output := in.output(offset, err)
 	in.log().Error("reload failed; putting the last good config back", zap.String("output", output))
-	if rerr := in.rollback(ctx); rerr != nil {
+	if rerr := in.rollback(ctx, h); rerr != nil {
 		in.log().Error("rollback failed", zap.Error(rerr))
 		output += "\nrollback to the last good configuration failed: " + rerr.Error()
 	}
@@ -495,31 +499,32 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 	if ok, _ := listed(); ok {
 		return
 	}
-	in.d.Lock()
-	defer in.d.Unlock()
-	if in.loads != gen || in.d.ProcLocked() != proc || !proc.Alive() {
-		return
-	}
-	ok, err := listed()
-	if ok {
-		return
-	}
-	reason := fmt.Sprintf("the new HAProxy worker %d exited right after start", worker)
-	if err != nil {
-		reason = fmt.Sprintf("master CLI after reload: %v", err)
-	}
-	in.log().Error("new configuration failed right after it was loaded; putting the last good config back",
-		zap.String("reason", reason), zap.String("output", in.d.Output(offset)))
-	ctx, cancel := context.WithTimeout(context.Background(), operationTimeout)
-	defer cancel()
-	if err := in.rollback(ctx); err != nil {
-		in.log().Error("rollback failed", zap.Error(err))
-	}
+	in.d.With(func(h *procwatch.Held) error {
+		if in.loads != gen || h.Proc() != proc || !proc.Alive() {
+			return nil
+		}
+		ok, err := listed()
+		if ok {
+			return nil
+		}
+		reason := fmt.Sprintf("the new HAProxy worker %d exited right after start", worker)
+		if err != nil {
+			reason = fmt.Sprintf("master CLI after reload: %v", err)
+		}
+		in.log().Error("new configuration failed right after it was loaded; putting the last good config back",
+			zap.String("reason", reason), zap.String("output", in.d.Output(offset)))
+		ctx, cancel := context.WithTimeout(context.Background(), operationTimeout)
+		defer cancel()
+		if err := in.rollback(ctx, h); err != nil {
+			in.log().Error("rollback failed", zap.Error(err))
+		}
+		return nil
+	})
 }
 
 // loaded records that the stored config now runs. It becomes the last good
 // config once HAProxy has stayed up on it for ConfirmAfter.
-func (in *instance) loaded() {
+func (in *instance) loaded(h *procwatch.Held) {
 	cfg, err := os.ReadFile(in.s.layout().ConfigPath(in.lb))
 	if err != nil {
 		in.log().Warn("recording the running config", zap.Error(err))
@@ -527,27 +532,28 @@ func (in *instance) loaded() {
 	}
 	in.running = cfg
 	in.loads++
-	gen, proc := in.loads, in.d.ProcLocked()
+	gen, proc := in.loads, h.Proc()
 	in.unconfirmed = true
 	time.AfterFunc(in.s.opts.ConfirmAfter, func() {
-		in.d.Lock()
-		defer in.d.Unlock()
-		if in.loads == gen && in.unconfirmed && proc != nil && in.d.ProcLocked() == proc {
-			in.confirm()
-		}
+		in.d.With(func(h *procwatch.Held) error {
+			if in.loads == gen && in.unconfirmed && proc != nil && h.Proc() == proc {
+				in.confirm()
+			}
+			return nil
+		})
 	})
 }
 
 // confirmIfAlive confirms the running config when HAProxy is still up on
 // it: a config that served until the next change or a deliberate stop has
 // proven itself.
-func (in *instance) confirmIfAlive() { in.confirmAsync()() }
+func (in *instance) confirmIfAlive(h *procwatch.Held) { in.confirmAsync(h)() }
 
 // confirmAsync is confirmIfAlive writing the last good config in the
 // background; the returned function waits for the write. Nothing may read
 // the last good config, or load another config, before it returns.
-func (in *instance) confirmAsync() (wait func()) {
-	if !in.unconfirmed || in.d.ProcLocked() == nil {
+func (in *instance) confirmAsync(h *procwatch.Held) (wait func()) {
+	if !in.unconfirmed || h.Proc() == nil {
 		return func() {}
 	}
 	in.unconfirmed = false
@@ -585,7 +591,7 @@ func (in *instance) restoreLastGoodFile() error {
 // rollback puts the last good config back as the stored config and makes
 // HAProxy run it, so a bad push never leaves the LB down. The rejected
 // config is kept as haproxy.cfg.new-failed.
-func (in *instance) rollback(ctx context.Context) error {
+func (in *instance) rollback(ctx context.Context, h *procwatch.Held) error {
 	if err := in.restoreLastGoodFile(); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("no last good configuration: %w", err)
@@ -594,23 +600,23 @@ func (in *instance) rollback(ctx context.Context) error {
 	}
 	// The config going back in has already proven itself.
 	in.unconfirmed = false
-	if proc := in.d.ProcLocked(); proc != nil {
+	if proc := h.Proc(); proc != nil {
 		if _, err := in.signalReload(ctx, proc); err == nil {
 			return nil
 		}
-		in.d.KillLocked()
+		h.Kill()
 	}
-	return in.d.StartLocked(ctx)
+	return h.Start(ctx)
 }
 
 // startOrRestore starts the stored config; if it fails and a different
 // last good config exists, that one is put back and started, and the
 // failure is still reported. If HAProxy is still down after that while it
 // should run, it stays under supervision and is retried with backoff.
-func (in *instance) startOrRestore(ctx context.Context, message string) error {
-	err := in.d.StartLocked(ctx)
+func (in *instance) startOrRestore(ctx context.Context, h *procwatch.Held, message string) error {
+	err := h.Start(ctx)
 	if err == nil {
-		in.loaded()
+		in.loaded(h)
 		return nil
 	}
 	output := in.output(0, err)
@@ -619,20 +625,20 @@ func (in *instance) startOrRestore(ctx context.Context, message string) error {
 	cur, cerr := os.ReadFile(l.ConfigPath(in.lb))
 	if gerr == nil && cerr == nil && string(good) != string(cur) {
 		in.log().Error("start failed; putting the last good config back", zap.String("output", output))
-		if rerr := in.rollback(ctx); rerr != nil {
+		if rerr := in.rollback(ctx, h); rerr != nil {
 			output += "\nrollback to the last good configuration failed: " + rerr.Error()
 		}
 	}
-	if in.d.ProcLocked() == nil {
-		in.d.RetryLocked(err)
+	if h.Proc() == nil {
+		h.Retry(err)
 	}
 	return fault.Internal(message, output, err)
 }
 
-// stopLocked stops the master (and so its workers) and waits for it.
-func (in *instance) stopLocked() error {
-	in.confirmIfAlive()
-	return in.d.StopLocked()
+// stop stops the master (and so its workers) and waits for it.
+func (in *instance) stop(h *procwatch.Held) error {
+	in.confirmIfAlive(h)
+	return h.Stop()
 }
 
 func (in *instance) saveServersState(ctx context.Context) {

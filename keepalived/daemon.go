@@ -135,23 +135,26 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 func (k *daemon) startOrReload(ctx context.Context) (reloaded, started bool, err error) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	k.d.Lock()
-	defer k.d.Unlock()
-	if err := k.d.SetDesiredLocked(true); err != nil {
-		return false, false, err
-	}
-	if k.d.AdoptLocked(ctx) {
-		return true, false, k.reloadLocked()
-	}
-	if err := k.d.StartLocked(ctx); err != nil {
-		k.d.RetryLocked(err)
-		return false, true, err
-	}
-	return false, true, nil
+	err = k.d.With(func(h *procwatch.Held) error {
+		if err := h.SetDesired(true); err != nil {
+			return err
+		}
+		if h.Adopt(ctx) {
+			reloaded = true
+			return k.reload(h)
+		}
+		started = true
+		if err := h.Start(ctx); err != nil {
+			h.Retry(err)
+			return err
+		}
+		return nil
+	})
+	return reloaded, started, err
 }
 
-func (k *daemon) reloadLocked() error {
-	proc := k.d.ProcLocked()
+func (k *daemon) reload(h *procwatch.Held) error {
+	proc := h.Proc()
 	if proc == nil {
 		return errors.New("keepalived is not running")
 	}
@@ -170,39 +173,39 @@ func (k *daemon) reloadLocked() error {
 // stop stops keepalived (a VRRP instance gives up its VIPs) and remembers
 // that it must stay stopped.
 func (k *daemon) stop() error {
-	k.d.Lock()
-	defer k.d.Unlock()
-	// keepalived stops even when its stopped state cannot be recorded (a
-	// full disk): the controller asked for it, and hears about the record
-	// after. A VRRP instance left running would keep the VIPs.
-	recErr := k.d.SetDesiredLocked(false)
-	k.d.AdoptLocked(context.Background())
-	if err := k.d.StopLocked(); err != nil {
-		return errors.Join(err, recErr)
-	}
-	if recErr != nil {
-		return fault.Internal("keepalived stopped, but its stopped state could not be recorded", recErr.Error(), recErr)
-	}
-	return nil
+	return k.d.With(func(h *procwatch.Held) error {
+		// keepalived stops even when its stopped state cannot be recorded
+		// (a full disk): the controller asked for it, and hears about the
+		// record after. A VRRP instance left running would keep the VIPs.
+		recErr := h.SetDesired(false)
+		h.Adopt(context.Background())
+		if err := h.Stop(); err != nil {
+			return errors.Join(err, recErr)
+		}
+		if recErr != nil {
+			return fault.Internal("keepalived stopped, but its stopped state could not be recorded", recErr.Error(), recErr)
+		}
+		return nil
+	})
 }
 
 // remove stops keepalived for good: its files are about to go.
 func (k *daemon) remove() error {
-	k.d.Lock()
-	defer k.d.Unlock()
-	k.d.AdoptLocked(context.Background())
-	err := k.d.StopLocked()
-	k.d.RemoveLocked()
-	return err
+	return k.d.With(func(h *procwatch.Held) error {
+		h.Adopt(context.Background())
+		err := h.Stop()
+		h.Remove()
+		return err
+	})
 }
 
 // restore adopts a keepalived left running or starts one that should run.
 func (k *daemon) restore(ctx context.Context) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	k.d.Lock()
-	defer k.d.Unlock()
-	return k.d.RestoreLocked(ctx, k.d.StartLocked)
+	return k.d.With(func(h *procwatch.Held) error {
+		return h.Restore(ctx, h.Start)
+	})
 }
 
 // ensureRunning records keepalived as wanted and starts it unless it runs
@@ -211,36 +214,36 @@ func (k *daemon) restore(ctx context.Context) error {
 func (k *daemon) ensureRunning(ctx context.Context, restart bool) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	k.d.Lock()
-	defer k.d.Unlock()
-	if err := k.d.SetDesiredLocked(true); err != nil {
-		return err
-	}
-	if k.d.AdoptLocked(ctx) {
-		if !restart {
-			return nil
-		}
-		if err := k.d.StopLocked(); err != nil {
+	return k.d.With(func(h *procwatch.Held) error {
+		if err := h.SetDesired(true); err != nil {
 			return err
 		}
-	}
-	if err := k.d.StartLocked(ctx); err != nil {
-		k.d.RetryLocked(err)
-		return err
-	}
-	return nil
+		if h.Adopt(ctx) {
+			if !restart {
+				return nil
+			}
+			if err := h.Stop(); err != nil {
+				return err
+			}
+		}
+		if err := h.Start(ctx); err != nil {
+			h.Retry(err)
+			return err
+		}
+		return nil
+	})
 }
 
 // wantFromUpload records keepalived as wanted unless a state was already
 // recorded: upstream enables the unit on upload, so a configured instance
 // starts at boot, but a later upload does not undo a stop.
 func (k *daemon) wantFromUpload() error {
-	k.d.Lock()
-	defer k.d.Unlock()
-	if _, recorded, err := k.d.ReadDesired(); err == nil && recorded {
-		return nil
-	}
-	return k.d.SetDesiredLocked(true)
+	return k.d.With(func(h *procwatch.Held) error {
+		if _, recorded, err := k.d.ReadDesired(); err == nil && recorded {
+			return nil
+		}
+		return h.SetDesired(true)
+	})
 }
 
 // Runs tells whether args, a process's command line, is that of the

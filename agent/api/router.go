@@ -15,9 +15,9 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
-// Service is what the handlers need from the agent.
+// Service is what the handlers need from the agent. Its mutating methods
+// take the agent's mutation lock themselves: this package never holds it.
 type Service interface {
-	Exclusive(ctx context.Context, fn func(context.Context) error) error
 	Info(ctx context.Context) (agent.Info, error)
 	Details(ctx context.Context) (agent.Details, error)
 	Listeners(ctx context.Context) ([]agent.ListenerStatus, error)
@@ -111,9 +111,8 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	// GET .../{lb}/haproxy downloads the config; PUT on the same path is an
 	// action named "haproxy" (400), as upstream.
 	r.Handle("/1.0/loadbalancer/{lb_id}/haproxy", s.read(s.getHAProxy)).Methods(reads...)
-	// The agent takes the mutation lock for actions itself, so it can
-	// merge reloads queued behind it.
-	r.Handle("/1.0/loadbalancer/{object_id}/{action}", s.selfSerialized(s.loadBalancerAction)).Methods(http.MethodPut)
+	// An action's body is never read (a large one is no error).
+	r.Handle("/1.0/loadbalancer/{object_id}/{action}", s.unbudgeted(s.loadBalancerAction)).Methods(http.MethodPut)
 	r.Handle("/1.0/certificate", s.mutate(s.rotateCertificate)).Methods(http.MethodPut)
 	r.Handle("/1.0/config", s.mutate(s.updateConfig)).Methods(http.MethodPut)
 	r.Handle("/1.0/plug/vip/{vip}", s.mutate(s.plugVIP)).Methods(http.MethodPost)
@@ -128,11 +127,10 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 	return s.recoverPanics(s.accessLog(drainBody(collapseSlashes(r))))
 }
 
-// selfSerialized wraps a mutating handler whose service call takes the
-// mutation lock on its own. It gets no budget: like a mutation, it waits
-// for the lock as long as its client does, and the agent bounds the work
-// once the lock is held.
-func (s *server) selfSerialized(h handler) http.Handler {
+// unbudgeted wraps a mutating handler that reads no body. It gets no
+// budget: the service waits for the mutation lock as long as the client
+// does, and bounds the work once the lock is held.
+func (s *server) unbudgeted(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
 			writeError(w, r, s.log, err)
@@ -152,31 +150,23 @@ func (s *server) read(h handler) http.Handler {
 	})
 }
 
-// mutate wraps a handler that changes state: it holds the agent's mutation
-// lock, so concurrent controller flows never interleave. The body is read
-// first, before the lock and within the budget: a slow uploader holds up
-// nobody else. The wait for the lock has no budget: upstream's single
-// worker queues requests, and the controller retries a timeout but never
-// a 500, so a request waits for its turn as long as its client does.
+// mutate wraps a handler that changes state. The body is read first,
+// within the budget, before the service waits for the mutation lock: a
+// slow uploader holds up nobody else. The rest has no budget: upstream's
+// single worker queues requests, and the controller retries a timeout but
+// never a 500, so a request waits for its turn as long as its client does.
 func (s *server) mutate(h handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.unbudgeted(func(w http.ResponseWriter, r *http.Request) error {
 		bctx, cancel := context.WithTimeout(r.Context(), s.opts.Budget)
 		body, err := s.readBody(w, r.WithContext(bctx))
 		cancel()
 		if err != nil {
-			writeError(w, r, s.log, err)
-			return
+			return err
 		}
 		// The handler gets these very bytes through s.body: no second copy.
-		ctx := context.WithValue(r.Context(), bodyKey{}, body)
-		r = r.WithContext(ctx)
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 		r.Body = http.NoBody
-		err = s.svc.Exclusive(ctx, func(ctx context.Context) error {
-			return h(w, r.WithContext(ctx))
-		})
-		if err != nil {
-			writeError(w, r, s.log, err)
-		}
+		return h(w, r)
 	})
 }
 
@@ -186,7 +176,7 @@ func (s *server) mutate(h handler) http.Handler {
 // which the controller retries for minutes instead of reporting the 400.
 const drainLimit = 1 << 30
 
-// bodyKey holds, in a mutation's context, the body read before the lock.
+// bodyKey holds, in a mutation's context, the body mutate read.
 type bodyKey struct{}
 
 // readBody reads the request body within the request's budget (a read
@@ -207,7 +197,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	return data, err
 }
 
-// body is the request body a mutation read before taking the lock, or
+// body is the request body mutate read, or
 // the body read now for a handler run without that wrapper.
 func (s *server) body(r *http.Request) ([]byte, error) {
 	if data, ok := r.Context().Value(bodyKey{}).([]byte); ok {

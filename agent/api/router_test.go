@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +19,8 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
-// fakeService records calls; its lock mirrors the agent's mutation lock.
+// fakeService records calls; its mutating methods take its lock as the
+// agent's take the mutation lock.
 type fakeService struct {
 	mu        sync.Mutex
 	lock      chan struct{}
@@ -31,21 +31,20 @@ type fakeService struct {
 	calls     []string
 	// net answers the network calls (see network_test.go).
 	net fakeNetwork
-
-	inside, maxInside atomic.Int32
-	hold              time.Duration
 }
 
 func newFake() *fakeService { return &fakeService{lock: make(chan struct{}, 1)} }
 
-func (f *fakeService) Exclusive(ctx context.Context, fn func(context.Context) error) error {
+// exclusive runs fn holding the lock, or fails once ctx ends.
+func (f *fakeService) exclusive(ctx context.Context, fn func()) error {
 	select {
 	case f.lock <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-f.lock }()
-	return fn(ctx)
+	fn()
+	return nil
 }
 
 func (f *fakeService) Info(ctx context.Context) (agent.Info, error) {
@@ -68,8 +67,10 @@ func (f *fakeService) call(parts ...string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeService) UploadHAProxy(_ context.Context, amp, lb string, body []byte) (string, error) {
-	f.call("upload", amp, lb, string(body))
+func (f *fakeService) UploadHAProxy(ctx context.Context, amp, lb string, body []byte) (string, error) {
+	if err := f.exclusive(ctx, func() { f.call("upload", amp, lb, string(body)) }); err != nil {
+		return "", err
+	}
 	return "etag-" + lb, nil
 }
 
@@ -78,21 +79,15 @@ func (f *fakeService) HAProxyConfig(_ context.Context, lb string) ([]byte, strin
 	return []byte("global\n"), "md5-" + lb, nil
 }
 
-// LoadBalancerAction takes the lock itself, as the agent's does.
 func (f *fakeService) LoadBalancerAction(ctx context.Context, id, action string) (string, error) {
-	err := f.Exclusive(ctx, func(context.Context) error {
-		f.call("action", id, action)
-		return nil
-	})
-	if err != nil {
+	if err := f.exclusive(ctx, func() { f.call("action", id, action) }); err != nil {
 		return "", err
 	}
 	return "Listener " + id + " reloaded", nil
 }
 
-func (f *fakeService) DeleteListener(_ context.Context, id string) error {
-	f.call("delete", id)
-	return nil
+func (f *fakeService) DeleteListener(ctx context.Context, id string) error {
+	return f.exclusive(ctx, func() { f.call("delete", id) })
 }
 
 func (f *fakeService) ValidateCertificateName(name string) error {
@@ -100,8 +95,10 @@ func (f *fakeService) ValidateCertificateName(name string) error {
 	return nil
 }
 
-func (f *fakeService) PutCertificate(_ context.Context, lb, name string, body []byte) (string, error) {
-	f.call("put-cert", lb, name, string(body))
+func (f *fakeService) PutCertificate(ctx context.Context, lb, name string, body []byte) (string, error) {
+	if err := f.exclusive(ctx, func() { f.call("put-cert", lb, name, string(body)) }); err != nil {
+		return "", err
+	}
 	return "md5-" + name, nil
 }
 
@@ -110,23 +107,28 @@ func (f *fakeService) CertificateMD5(_ context.Context, lb, name string) (string
 	return "md5-" + name, nil
 }
 
-func (f *fakeService) DeleteCertificate(_ context.Context, lb, name string) error {
-	f.call("delete-cert", lb, name)
-	return nil
+func (f *fakeService) DeleteCertificate(ctx context.Context, lb, name string) error {
+	return f.exclusive(ctx, func() { f.call("delete-cert", lb, name) })
 }
 
-func (f *fakeService) UploadVRRP(_ context.Context, body []byte) (string, error) {
-	f.call("vrrp-upload", string(body))
+func (f *fakeService) UploadVRRP(ctx context.Context, body []byte) (string, error) {
+	if err := f.exclusive(ctx, func() { f.call("vrrp-upload", string(body)) }); err != nil {
+		return "", err
+	}
 	return "etag-vrrp", nil
 }
 
-func (f *fakeService) VRRPAction(_ context.Context, action string) (string, error) {
-	f.call("vrrp", action)
+func (f *fakeService) VRRPAction(ctx context.Context, action string) (string, error) {
+	if err := f.exclusive(ctx, func() { f.call("vrrp", action) }); err != nil {
+		return "", err
+	}
 	return "keepalived " + action + "ed", nil
 }
 
-func (f *fakeService) UploadLVS(_ context.Context, amp, id string, body []byte) (string, error) {
-	f.call("lvs-upload", amp, id, string(body))
+func (f *fakeService) UploadLVS(ctx context.Context, amp, id string, body []byte) (string, error) {
+	if err := f.exclusive(ctx, func() { f.call("lvs-upload", amp, id, string(body)) }); err != nil {
+		return "", err
+	}
 	return "etag-" + id, nil
 }
 
@@ -139,37 +141,36 @@ func (f *fakeService) LVSConfig(_ context.Context, id string) ([]byte, error) {
 }
 
 func (f *fakeService) record(body []byte) {
-	n := f.inside.Add(1)
-	for {
-		m := f.maxInside.Load()
-		if n <= m || f.maxInside.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	time.Sleep(f.hold)
-	f.inside.Add(-1)
 	f.mu.Lock()
 	f.gotBody = body
 	f.mu.Unlock()
 }
 
 func (f *fakeService) UpdateConfig(ctx context.Context, body []byte) error {
-	f.record(body)
+	if err := f.exclusive(ctx, func() { f.record(body) }); err != nil {
+		return err
+	}
 	return f.configErr
 }
 
 func (f *fakeService) RotateCertificate(ctx context.Context, body []byte) error {
-	f.record(body)
+	if err := f.exclusive(ctx, func() { f.record(body) }); err != nil {
+		return err
+	}
 	return f.certErr
 }
 
 func (f *fakeService) PlugVIP(ctx context.Context, vip string, body []byte) (string, error) {
-	f.record(body)
+	if err := f.exclusive(ctx, func() { f.record(body) }); err != nil {
+		return "", err
+	}
 	return f.net.plug("vip " + vip)
 }
 
 func (f *fakeService) PlugNetwork(ctx context.Context, body []byte) (string, error) {
-	f.record(body)
+	if err := f.exclusive(ctx, func() { f.record(body) }); err != nil {
+		return "", err
+	}
 	return f.net.plug("network")
 }
 
@@ -178,7 +179,9 @@ func (f *fakeService) InterfaceFor(ctx context.Context, ip string) (string, erro
 }
 
 func (f *fakeService) SetInterfaceRules(ctx context.Context, ip string, body []byte) error {
-	f.record(body)
+	if err := f.exclusive(ctx, func() { f.record(body) }); err != nil {
+		return err
+	}
 	_, err := f.net.lookup(ip)
 	return err
 }
@@ -300,39 +303,6 @@ func TestBodiesAreOpaqueBytes(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != 202 || string(f.gotBody) != raw {
 		t.Fatalf("status %d, body passed %q", rec.Code, f.gotBody)
-	}
-}
-
-func TestMutationsAreSerialized(t *testing.T) {
-	f := newFake()
-	f.hold = 20 * time.Millisecond
-	h := NewHandler(f, zap.NewNop(), Options{})
-	var wg sync.WaitGroup
-	for i := 0; i < 6; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			path := "/1.0/config"
-			if i%2 == 0 {
-				path = "/1.0/certificate"
-			}
-			serve(t, h, "PUT", path, "x")
-		}(i)
-	}
-	wg.Wait()
-	if got := f.maxInside.Load(); got != 1 {
-		t.Fatalf("%d mutations ran at once, want 1", got)
-	}
-}
-
-func TestReadsDoNotTakeTheMutationLock(t *testing.T) {
-	f := newFake()
-	f.lock <- struct{}{} // a mutation in progress that never ends
-	h := NewHandler(f, zap.NewNop(), Options{Budget: time.Second})
-	for _, path := range []string{"/", "/1.0/info", "/1.0/details"} {
-		if status, _, body := serve(t, h, "GET", path, ""); status != 200 {
-			t.Fatalf("GET %s while a mutation runs: %d %s", path, status, body)
-		}
 	}
 }
 

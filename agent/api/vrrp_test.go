@@ -1,11 +1,9 @@
 package api
 
 import (
-	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -55,21 +53,5 @@ func checkRoute(t *testing.T, c routeCase) {
 		t.Errorf("%s %s = %d %s etag=%q type=%q calls=%q\nwant %d %s etag=%q type=%q calls=%q", c.method, c.path,
 			rec.Code, rec.Body.String(), rec.Header().Get("ETag"), rec.Header().Get("Content-Type"), f.calls,
 			c.status, c.resp, c.etag, c.ctype, c.calls)
-	}
-}
-
-// VRRP mutations hold the mutation lock.
-func TestVRRPMutationsTakeTheLock(t *testing.T) {
-	for _, path := range []string{"/1.0/vrrp/upload", "/1.0/vrrp/stop"} {
-		f := newFake()
-		f.lock <- struct{}{}
-		h := NewHandler(f, zap.NewNop(), Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "PUT", path, strings.NewReader("x")))
-		cancel()
-		if status := rec.Code; status != 500 || len(f.calls) != 0 {
-			t.Errorf("PUT %s while the lock is held: %d, calls %q", path, status, f.calls)
-		}
 	}
 }

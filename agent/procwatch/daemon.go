@@ -146,13 +146,13 @@ func (s *Spec) defaults() {
 // desired state on disk, adopts the process an earlier agent left running,
 // and stops it.
 //
-// Daemon is also the lock of everything done to the process: methods whose
-// names end in Locked must be called with it held, so that a kind can run
-// its own steps (a reload) between them without a respawn interfering.
+// Everything done to the process goes through With, which holds the
+// daemon's lock, so that a kind can run its own steps (a reload) between
+// them without a respawn interfering.
 type Daemon struct {
 	spec Spec
 	done <-chan struct{}
-	// gone is closed when supervision ends for good (RemoveLocked).
+	// gone is closed when supervision ends for good (Held.Remove).
 	gone chan struct{}
 	// fwMu guards fw, the journal forwarder of the output file (nil
 	// without a journal).
@@ -181,7 +181,7 @@ type History struct {
 }
 
 // NewDaemon supervises spec's daemon until done is closed. It starts
-// no process (call StartLocked or RestoreLocked), only the keeper of its
+// no process (see Held's Start and Restore), only the keeper of its
 // output file.
 func NewDaemon(spec Spec, done <-chan struct{}) *Daemon {
 	spec.defaults()
@@ -193,8 +193,26 @@ func NewDaemon(spec Spec, done <-chan struct{}) *Daemon {
 	return d
 }
 
-func (d *Daemon) Lock()   { d.mu.Lock() }
-func (d *Daemon) Unlock() { d.mu.Unlock() }
+// Held is a Daemon while its lock is held. Only With hands one out, and
+// only for the length of its callback: no step runs without the lock, and
+// no caller can forget to release it.
+type Held struct{ d *Daemon }
+
+// With runs fn holding the daemon's lock and returns fn's error. A kind
+// also guards its own state about the process with it.
+func (d *Daemon) With(fn func(h *Held) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.held(fn)
+}
+
+// held runs fn with a Held for d, whose lock the caller holds. The Held
+// is voided afterwards, so one kept past fn fails at its first use.
+func (d *Daemon) held(fn func(h *Held) error) error {
+	h := &Held{d: d}
+	defer func() { h.d = nil }()
+	return fn(h)
+}
 
 // Running reports whether the supervised process is alive.
 func (d *Daemon) Running() bool {
@@ -220,16 +238,14 @@ func (d *Daemon) History() History {
 	return d.history
 }
 
-// ProcLocked is the running process, nil when none runs.
-func (d *Daemon) ProcLocked() *Process {
+// Proc is the running process, nil when none runs.
+func (h *Held) Proc() *Process {
+	d := h.d
 	if !d.proc.Alive() {
 		return nil
 	}
 	return d.proc
 }
-
-// DesiredLocked reports whether the daemon is meant to run.
-func (d *Daemon) DesiredLocked() bool { return d.desired }
 
 // ReadDesired returns the recorded desired state; recorded is false when
 // nothing was recorded yet.
@@ -251,9 +267,10 @@ func ReadDesired(path string) (running, recorded bool, err error) {
 	return running, true, json.Unmarshal(raw, &running)
 }
 
-// SetDesiredLocked records whether the daemon must run, in memory and on
+// SetDesired records whether the daemon must run, in memory and on
 // disk.
-func (d *Daemon) SetDesiredLocked(running bool) error {
+func (h *Held) SetDesired(running bool) error {
+	d := h.d
 	d.desired = running
 	cur, recorded, err := d.ReadDesired()
 	if err == nil && recorded && cur == running {
@@ -287,15 +304,16 @@ func readRecord(path string) (map[string]json.RawMessage, error) {
 	return rec, nil
 }
 
-// StartLocked starts a new process and waits until it is ready and its
+// Start starts a new process and waits until it is ready and its
 // pid file names it. On failure the process is killed and the error
-// carries its output. The caller decides whether to retry (RetryLocked).
+// carries its output. The caller decides whether to retry (Retry).
 //
 // Nothing starts without room for the pid file: a daemon that cannot
 // write it (HAProxy and keepalived do not fail when the write does) would
 // run where no later agent finds it to adopt or stop, and the next start
 // would add a second one.
-func (d *Daemon) StartLocked(ctx context.Context) error {
+func (h *Held) Start(ctx context.Context) error {
+	d := h.d
 	s := &d.spec
 	for _, p := range append([]string{s.PidPath}, s.Clean...) {
 		os.Remove(p)
@@ -531,10 +549,11 @@ func (d *Daemon) Output(offset int64) string {
 	return strings.TrimSpace(string(data))
 }
 
-// StopLocked ends the process (SIGTERM, then SIGKILL to its group) and
+// Stop ends the process (SIGTERM, then SIGKILL to its group) and
 // waits for it. A process of this daemon that nobody adopted (left from
 // before a failed restore) is found through the pid file and stopped too.
-func (d *Daemon) StopLocked() error {
+func (h *Held) Stop() error {
+	d := h.d
 	s := &d.spec
 	proc := d.proc
 	d.proc = nil
@@ -555,17 +574,19 @@ func (d *Daemon) StopLocked() error {
 	return nil
 }
 
-// KillLocked kills the process group at once.
-func (d *Daemon) KillLocked() {
+// Kill kills the process group at once.
+func (h *Held) Kill() {
+	d := h.d
 	if d.proc.Alive() {
 		Kill(d.proc, killWait)
 	}
 	d.proc = nil
 }
 
-// RemoveLocked ends supervision for good (the daemon's files are about to
+// Remove ends supervision for good (the daemon's files are about to
 // be deleted): nothing restarts it any more.
-func (d *Daemon) RemoveLocked() {
+func (h *Held) Remove() {
+	d := h.d
 	if !d.removed {
 		close(d.gone)
 	}
@@ -573,9 +594,10 @@ func (d *Daemon) RemoveLocked() {
 	d.desired = false
 }
 
-// AdoptLocked takes over the process an earlier agent left running, if
+// Adopt takes over the process an earlier agent left running, if
 // the pid file names one of ours; it reports whether one runs now.
-func (d *Daemon) AdoptLocked(ctx context.Context) bool {
+func (h *Held) Adopt(ctx context.Context) bool {
+	d := h.d
 	if d.proc.Alive() {
 		return true
 	}
@@ -597,20 +619,21 @@ func (d *Daemon) ours(pid int) bool {
 	return err == nil && d.spec.Ours(args)
 }
 
-// RestoreLocked brings the daemon back to its recorded desired state
+// Restore brings the daemon back to its recorded desired state
 // after an agent restart or a reboot: a process still running is adopted
 // (and recorded as wanted: one that runs is never cut off), one that
 // should run but does not is started with start. A failed start stays
 // under supervision and is retried.
-func (d *Daemon) RestoreLocked(ctx context.Context, start func(context.Context) error) error {
+func (h *Held) Restore(ctx context.Context, start func(context.Context) error) error {
+	d := h.d
 	running, _, err := d.ReadDesired()
 	if err != nil {
 		d.spec.Log.Warn("unreadable state record", zap.Error(err))
 	}
 	d.desired = running
-	if d.AdoptLocked(ctx) {
+	if h.Adopt(ctx) {
 		if !running {
-			return d.SetDesiredLocked(true)
+			return h.SetDesired(true)
 		}
 		return nil
 	}
@@ -618,15 +641,16 @@ func (d *Daemon) RestoreLocked(ctx context.Context, start func(context.Context) 
 		return nil
 	}
 	if err := start(ctx); err != nil {
-		d.RetryLocked(err)
+		h.Retry(err)
 		return err
 	}
 	return nil
 }
 
-// RetryLocked keeps a daemon whose start failed under supervision: while
+// Retry keeps a daemon whose start failed under supervision: while
 // it is wanted and none runs, it is started again with backoff.
-func (d *Daemon) RetryLocked(err error) {
+func (h *Held) Retry(err error) {
+	d := h.d
 	if d.retrying || d.proc != nil || !d.desired || d.removed {
 		return
 	}
@@ -669,7 +693,7 @@ func (d *Daemon) respawner() *Respawner {
 		},
 		Wanted: func() bool { return d.proc == nil && d.desired && !d.removed },
 		Start: func(ctx context.Context) (*Process, error) {
-			err := d.StartLocked(ctx)
+			err := d.held(func(h *Held) error { return h.Start(ctx) })
 			if err == nil {
 				d.histMu.Lock()
 				d.history.Restarts++

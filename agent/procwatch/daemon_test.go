@@ -14,6 +14,38 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 )
 
+// A Held is the lock itself: one kept past With's callback cannot be used.
+func TestHeldIsVoidAfterWith(t *testing.T) {
+	d := NewDaemon(Spec{Name: "daemon", StatePath: filepath.Join(t.TempDir(), "state.json")}, nil)
+	var kept *Held
+	d.With(func(h *Held) error { kept = h; return nil })
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a Held kept past With still worked")
+		}
+	}()
+	kept.SetDesired(true)
+}
+
+// startAndStop starts and stops d n times, failing t on any error.
+func startAndStop(t *testing.T, d *Daemon, n int) {
+	t.Helper()
+	err := d.With(func(h *Held) error {
+		for range n {
+			if err := h.Start(context.Background()); err != nil {
+				return err
+			}
+			if err := h.Stop(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The output file holds one run: a start moves the previous run's output
 // to <log>.1, so a crash loop cannot grow it.
 func TestStartRotatesTheOutputFile(t *testing.T) {
@@ -22,16 +54,7 @@ func TestStartRotatesTheOutputFile(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
 	d := NewDaemon(echoSpec(dir, logPath), done)
-	d.Lock()
-	defer d.Unlock()
-	for i := 0; i < 3; i++ {
-		if err := d.StartLocked(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.StopLocked(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	startAndStop(t, d, 3)
 	cur, _ := os.ReadFile(logPath)
 	prev, _ := os.ReadFile(logPath + ".1")
 	if strings.TrimSpace(string(cur)) != "run 3" || strings.TrimSpace(string(prev)) != "run 2" {
@@ -96,7 +119,7 @@ func TestDesiredStateKeepsOtherKeys(t *testing.T) {
 		t.Fatalf("nothing recorded yet: recorded %v, %v", recorded, err)
 	}
 	for _, want := range []bool{true, false} {
-		if err := d.SetDesiredLocked(want); err != nil {
+		if err := d.With(func(h *Held) error { return h.SetDesired(want) }); err != nil {
 			t.Fatal(err)
 		}
 		running, recorded, err := d.ReadDesired()
@@ -113,7 +136,7 @@ func TestDesiredStateKeepsOtherKeys(t *testing.T) {
 	if _, _, err := d.ReadDesired(); err == nil {
 		t.Fatal("garbage read as a state")
 	}
-	if err := d.SetDesiredLocked(true); err != nil {
+	if err := d.With(func(h *Held) error { return h.SetDesired(true) }); err != nil {
 		t.Fatal(err)
 	}
 	if running, _, err := d.ReadDesired(); !running || err != nil {
@@ -133,16 +156,7 @@ func TestOutputReachesTheJournal(t *testing.T) {
 	spec.Journal = journalfwd.Options{Sink: j, Identifier: "daemon-x"}
 	done := make(chan struct{})
 	d := NewDaemon(spec, done)
-	d.Lock()
-	for range 2 {
-		if err := d.StartLocked(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.StopLocked(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d.Unlock()
+	startAndStop(t, d, 2)
 	equal := func(want ...string) func([]string) bool {
 		return func(got []string) bool { return slices.Equal(got, want) }
 	}
@@ -164,9 +178,7 @@ func TestOutputReachesTheJournal(t *testing.T) {
 	j.WaitFor(t, 5*time.Second, "daemon-x", "the new line once", equal("run 1", "run 2", "after the restart"))
 
 	// Once the daemon is removed, nothing more is forwarded.
-	d2.Lock()
-	d2.RemoveLocked()
-	d2.Unlock()
+	d2.With(func(h *Held) error { h.Remove(); return nil })
 	waitKept(t, d2)
 	f.WriteString("after the removal\n")
 	if got := j.Messages("daemon-x"); !equal("run 1", "run 2", "after the restart")(got) {

@@ -62,14 +62,17 @@ func TestStartWithoutRoomStartsNothing(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
 	d := NewDaemon(sleeper(t, true, func() bool { return false }, &cmds), done)
-	d.Lock()
-	defer d.Unlock()
-	err := d.StartLocked(context.Background())
+	var proc *Process
+	err := d.With(func(h *Held) error {
+		err := h.Start(context.Background())
+		proc = h.Proc()
+		return err
+	})
 	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "no space left on device") {
 		t.Fatalf("start on a full disk: %v", err)
 	}
-	if len(cmds) != 1 || cmds[0].Process != nil || d.ProcLocked() != nil {
-		t.Fatalf("a process started on a full disk: %d commands, process %v", len(cmds), d.ProcLocked())
+	if len(cmds) != 1 || cmds[0].Process != nil || proc != nil {
+		t.Fatalf("a process started on a full disk: %d commands, process %v", len(cmds), proc)
 	}
 }
 
@@ -85,11 +88,14 @@ func TestStartWithoutPidFileKillsTheDaemon(t *testing.T) {
 			done := make(chan struct{})
 			defer close(done)
 			d := NewDaemon(sleeper(t, false, room, &cmds), done)
-			d.Lock()
-			defer d.Unlock()
-			err := d.StartLocked(context.Background())
-			if err == nil || d.ProcLocked() != nil || len(cmds) != 1 {
-				t.Fatalf("start without a pid file: %v, process %v, %d commands", err, d.ProcLocked(), len(cmds))
+			var proc *Process
+			err := d.With(func(h *Held) error {
+				err := h.Start(context.Background())
+				proc = h.Proc()
+				return err
+			})
+			if err == nil || proc != nil || len(cmds) != 1 {
+				t.Fatalf("start without a pid file: %v, process %v, %d commands", err, proc, len(cmds))
 			}
 			if errors.Is(err, syscall.ENOSPC) != full || strings.Contains(Output(err), "no space left on device") != full {
 				t.Fatalf("full disk %v, error %q, output %q", full, err, Output(err))
