@@ -3,8 +3,6 @@ package haproxy
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,12 +104,6 @@ func (s *Store) Exists(lb string) bool {
 	}
 	_, err := os.Stat(s.Layout.ConfigPath(lb))
 	return err == nil
-}
-
-// MD5 is the hex digest the API uses as ETag.
-func MD5(data []byte) string {
-	sum := md5.Sum(data)
-	return hex.EncodeToString(sum[:])
 }
 
 // Upload validates cfg as lb's config and, if HAProxy accepts it, makes it

@@ -29,7 +29,7 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/acceptretry", "agent/dirlock", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
+		from: []string{"agent/acceptretry", "agent/dirlock", "agent/etag", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
 		deny: []string{"..."},
 		// Their own test helpers, themselves free of the module.
 		allow: []string{"agent/acceptretry/acceptretrytest", "agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
