@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
@@ -126,17 +127,23 @@ func (p *Process) waitFor(timeout time.Duration, what string, cond func() bool) 
 }
 
 func (p *Process) wait(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	exited := false
+	met := testkit.Until(timeout, func() bool {
+		if cond() {
+			return true
+		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("haproxy exited while waiting for %s: %v\n%s", what, p.cmd.ProcessState, p.out.String())
+			exited = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("haproxy: timed out after %v waiting for %s\n%s", timeout, what, p.out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return exited
+	})
+	switch {
+	case exited:
+		return fmt.Errorf("haproxy exited while waiting for %s: %v\n%s", what, p.cmd.ProcessState, p.out.String())
+	case !met:
+		return fmt.Errorf("haproxy: timed out after %v waiting for %s\n%s", timeout, what, p.out.String())
 	}
 	return nil
 }
