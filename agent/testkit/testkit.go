@@ -1,9 +1,10 @@
 // Package testkit holds the test helpers every tier shares: waiting for a
-// condition under a deadline. It imports
+// condition under a deadline and skipping what needs root. It imports
 // nothing of this module, so any package's tests may use it.
 package testkit
 
 import (
+	"os"
 	"testing"
 	"time"
 )
@@ -36,5 +37,13 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	t.Helper()
 	if !Until(timeout, cond) {
 		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// RequireRoot skips the test unless it runs as root; why says what needs it.
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: " + why)
 	}
 }

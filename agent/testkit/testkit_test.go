@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,5 +24,19 @@ func TestUntilGivesUpAtTheDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d < 50*time.Millisecond {
 		t.Fatalf("gave up after %v, before the deadline", d)
+	}
+}
+
+// RequireRoot lets a root test go on and ends any other by skipping it.
+func TestRequireRoot(t *testing.T) {
+	root := os.Geteuid() == 0
+	went, skipped := false, false
+	t.Run("probe", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		RequireRoot(t, "the probe")
+		went = true
+	})
+	if went != root || skipped == root {
+		t.Fatalf("as uid %d: went on %v, skipped %v", os.Geteuid(), went, skipped)
 	}
 }
