@@ -69,7 +69,6 @@ func realStore(t *testing.T, bin, dir string) *Store {
 		Layout:        Layout{Base: filepath.Join(dir, "lib")},
 		HAProxyCmd:    bin,
 		UserGroupFile: filepath.Join(dir, "user-group.conf"),
-		Runner:        ExecRunner{},
 		Log:           zaptest.NewLogger(t),
 	}
 	// No user/group switch: the test may not run as root.
