@@ -18,6 +18,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/agent/sysinfo"
 	"github.com/amphora-agent/amphora-agent/certs"
@@ -40,13 +41,13 @@ type Options struct {
 	// Level is the logger's level, switched live by the `debug` option.
 	Level zap.AtomicLevel
 
-	Runner    sysinfo.Runner
+	Runner    procgroup.Runner
 	Host      sysinfo.Reader
 	OSRelease string
 	ProcDir   string
 
 	// HAProxyRunner runs `haproxy -c`; nil runs the real binary.
-	HAProxyRunner haproxy.Runner
+	HAProxyRunner procgroup.Runner
 	// LoadBalancers runs HAProxy; nil supervises real processes.
 	LoadBalancers lbRunner
 	// VRRP runs the ACTIVE_STANDBY keepalived; nil supervises the real one.
@@ -69,7 +70,7 @@ type Agent struct {
 	files   []string
 	log     *zap.Logger
 	level   zap.AtomicLevel
-	runner  sysinfo.Runner
+	runner  procgroup.Runner
 	host    sysinfo.Reader
 	osRel   string
 	procDir string
@@ -129,7 +130,7 @@ func New(o Options) *Agent {
 		a.level = zap.NewAtomicLevel()
 	}
 	if a.runner == nil {
-		a.runner = sysinfo.ExecRunner()
+		a.runner = procgroup.Exec{}
 	}
 	if a.osRel == "" {
 		a.osRel = "/etc/os-release"
@@ -145,15 +146,11 @@ func New(o Options) *Agent {
 	a.warnWeakTLS(nil, o.Config)
 
 	cfg := o.Config
-	runner := o.HAProxyRunner
-	if runner == nil {
-		runner = haproxy.ExecRunner{}
-	}
 	a.lbStore = &haproxy.Store{
 		Layout:        haproxy.Layout{Base: cfg.BasePath, ProcDir: a.procDir, Reserved: a.reservedNames},
 		HAProxyCmd:    cfg.HAProxyCmd,
 		UserGroupFile: cfg.HAProxyUserGroupFile,
-		Runner:        runner,
+		Runner:        o.HAProxyRunner,
 		Log:           a.log.Named("haproxy"),
 	}
 	if o.HAProxyRunner == nil {

@@ -42,6 +42,10 @@ func (fakeRunner) Output(_ context.Context, name string, args ...string) ([]byte
 	return nil, errors.New("not installed")
 }
 
+func (f fakeRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return f.Output(ctx, name, args...)
+}
+
 type fixture struct {
 	dir  string
 	conf string

@@ -10,6 +10,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // gatedLBs blocks every lifecycle call until released, then records
@@ -128,7 +129,7 @@ func TestJoinedReloadDoesNotInheritCancellation(t *testing.T) {
 		first <- err
 	}()
 	// The second joins the first's queued run.
-	waitFor(t, "the first reload to queue", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the first reload to queue", func() bool {
 		a.reloads.mu.Lock()
 		defer a.reloads.mu.Unlock()
 		return a.reloads.pending["lb1"] != nil
@@ -140,7 +141,7 @@ func TestJoinedReloadDoesNotInheritCancellation(t *testing.T) {
 		}
 		second <- err
 	}()
-	waitFor(t, "the second reload to join", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the second reload to join", func() bool {
 		a.reloads.mu.Lock()
 		defer a.reloads.mu.Unlock()
 		c := a.reloads.pending["lb1"]
@@ -164,17 +165,6 @@ func TestJoinedReloadDoesNotInheritCancellation(t *testing.T) {
 	}
 	if n := lbs.reloads.Load(); n != 1 {
 		t.Fatalf("%d reloads ran, want 1", n)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: timed out", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

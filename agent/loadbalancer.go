@@ -7,10 +7,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/etag"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/certs"
-	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 )
 
@@ -64,7 +64,7 @@ func (a *Agent) UploadHAProxy(ctx context.Context, amphoraID, lb string, body []
 			a.outcomes.refused(lb, err)
 			return "", err
 		}
-		return haproxy.MD5(body), nil
+		return etag.MD5(body), nil
 	})
 }
 
@@ -74,7 +74,7 @@ func (a *Agent) HAProxyConfig(ctx context.Context, lb string) ([]byte, string, e
 	if err != nil {
 		return nil, "", err
 	}
-	return data, haproxy.MD5(data), nil
+	return data, etag.MD5(data), nil
 }
 
 // LoadBalancerAction runs start, stop or reload on a load balancer and

@@ -131,6 +131,10 @@ func (okChecker) CombinedOutput(context.Context, string, ...string) ([]byte, err
 	return []byte("Configuration file is valid\n"), nil
 }
 
+func (c okChecker) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return c.CombinedOutput(ctx, name, args...)
+}
+
 func TestUploadNeitherStartsNorReloads(t *testing.T) {
 	dir := t.TempDir()
 	cfg := configtest.Load(t, dir, baseConfig(dir))

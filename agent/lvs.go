@@ -7,8 +7,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/etag"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
-	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 )
 
@@ -50,7 +50,7 @@ func (a *Agent) UploadLVS(ctx context.Context, amphoraID, id string, body []byte
 				return "", err
 			}
 		}
-		return haproxy.MD5(body), nil
+		return etag.MD5(body), nil
 	})
 }
 

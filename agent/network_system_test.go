@@ -3,10 +3,10 @@
 package agent
 
 import (
-	"os"
 	"os/exec"
 	"testing"
 
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
@@ -14,9 +14,7 @@ import (
 // TestPrepareNetworkAndPlugVIP on the real kernel: a real namespace, and
 // a veth end with the port's MAC standing in for the hot-plugged NIC.
 func TestPrepareNetworkAndPlugVIPKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace and a veth pair")
-	}
+	testkit.RequireRoot(t, "creates a network namespace and a veth pair")
 	ns := "aa-agent-" + randHex(3)
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
 	host, peer := "aah"+randHex(3), "aap"+randHex(3)

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/etag"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
-	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 )
 
@@ -53,7 +53,7 @@ func (a *Agent) UploadVRRP(ctx context.Context, body []byte) (string, error) {
 		if err := a.updateVRRPCheck(""); err != nil {
 			return "", err
 		}
-		return haproxy.MD5(body), nil
+		return etag.MD5(body), nil
 	})
 }
 

@@ -1,8 +1,6 @@
 package certs
 
 import (
-	"crypto/md5"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/amphora-agent/amphora-agent/agent/etag"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 )
@@ -52,11 +51,6 @@ func (s Store) path(lb, name string, validID func(string) error) (string, error)
 	return filepath.Join(s.Dir, lb, name), nil
 }
 
-func md5hex(data []byte) string {
-	sum := md5.Sum(data)
-	return hex.EncodeToString(sum[:])
-}
-
 // Put stores a certificate (0600) and returns its md5. The load balancer
 // need not exist yet: the controller uploads certificates first.
 func (s Store) Put(lb, name string, body []byte, validID func(string) error) (string, error) {
@@ -70,7 +64,7 @@ func (s Store) Put(lb, name string, body []byte, validID func(string) error) (st
 	if err := fsutil.WriteFile(p, body, 0o600); err != nil {
 		return "", fault.Internalf("writing %s: %w", p, err)
 	}
-	return md5hex(body), nil
+	return etag.MD5(body), nil
 }
 
 // MD5 returns the md5 of a stored certificate.
@@ -86,7 +80,7 @@ func (s Store) MD5(lb, name string, validID func(string) error) (string, error) 
 	if err != nil {
 		return "", fault.Internalf("reading %s: %w", p, err)
 	}
-	return md5hex(data), nil
+	return etag.MD5(data), nil
 }
 
 // Delete removes a stored certificate; a missing one is not an error.

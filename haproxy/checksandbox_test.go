@@ -12,15 +12,14 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
 )
 
 // Copies a killed agent left behind (they hold keys) are removed when the
 // next agent makes its sandbox; certificate folders are kept.
 func TestCheckSandboxRemovesStaleCopies(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the sandbox is only made for an agent running as root")
-	}
+	testkit.RequireRoot(t, "the sandbox is only made for an agent running as root")
 	dir := t.TempDir()
 	stale, lb := filepath.Join(dir, checkPrefix+"123", "lb1"), filepath.Join(dir, "lb1")
 	for _, d := range []string{stale, lb} {
@@ -54,9 +53,7 @@ func TestCheckSandboxUnderClosedParent(t *testing.T) {
 	if err != nil {
 		t.Skip("haproxy is not installed (make test installs it)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the sandbox is only made for an agent running as root")
-	}
+	testkit.RequireRoot(t, "the sandbox is only made for an agent running as root")
 	dir := t.TempDir()
 	st := realStore(t, bin, dir)
 	base, certs := st.Layout.Base, filepath.Join(st.Layout.Base, "certs")

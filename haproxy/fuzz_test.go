@@ -70,30 +70,6 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// FuzzShowProc: any master CLI answer parses or fails; a parsed table
-// names a positive master pid and positive worker pids.
-func FuzzShowProc(f *testing.F) {
-	f.Add([]byte("#<PID>          <type>          <reloads>       <uptime>        <version>\n" +
-		"458             master          2 [failed: 1]   0d00h10m19s     2.6.12-1+deb12u4\n# workers\n" +
-		"472             worker          1               0d00h10m18s     2.6.12-1+deb12u4\n# old workers\n" +
-		"461             worker          2               0d00h11m00s     2.6.12-1+deb12u4\n# programs\n\n"))
-	f.Add([]byte("Unknown command.\n"))
-	f.Fuzz(func(t *testing.T, out []byte) {
-		tbl, err := parseShowProc(out)
-		if err != nil {
-			return
-		}
-		if tbl.MasterPID <= 0 || tbl.FailedReloads < 0 {
-			t.Fatalf("table %+v", tbl)
-		}
-		for _, w := range tbl.Workers {
-			if w <= 0 {
-				t.Fatalf("worker pid %d in %+v", w, tbl)
-			}
-		}
-	})
-}
-
 // FuzzValidateID: an accepted id is exactly one path element below the
 // folder it is joined to, never a separator, NUL, "." or "..".
 func FuzzValidateID(f *testing.F) {

@@ -3,8 +3,6 @@ package haproxy
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,21 +22,6 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
-// Runner runs a command to completion and returns its combined output.
-// Tests substitute a fake; the real one is ExecRunner.
-type Runner interface {
-	CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
-// ExecRunner runs commands with os/exec.
-type ExecRunner struct{}
-
-func (ExecRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd := procgroup.Command(ctx, name, args...)
-	cmd.Env = procwatch.CleanEnv()
-	return procgroup.CombinedOutput(cmd, nil)
-}
-
 // Store keeps each load balancer's files under base_path: the config the
 // controller uploaded (validated before it replaces the live one), the
 // last config that ran, and the agent's own record of the LB.
@@ -46,8 +29,10 @@ type Store struct {
 	Layout        Layout
 	HAProxyCmd    string
 	UserGroupFile string
-	Runner        Runner
-	Log           *zap.Logger
+	// Runner runs `haproxy -c`; nil runs the real one with the clean
+	// environment daemons get.
+	Runner procgroup.Runner
+	Log    *zap.Logger
 	// CheckTimeout bounds one `haproxy -c` (lua-load scripts run in it);
 	// zero means DefaultCheckTimeout.
 	CheckTimeout time.Duration
@@ -99,6 +84,13 @@ func (s *Store) WriteState(lb string, st State) error {
 	return fsutil.WriteFile(s.Layout.StatePath(lb), data, 0o600)
 }
 
+func (s *Store) checkRunner() procgroup.Runner {
+	if s.Runner != nil {
+		return s.Runner
+	}
+	return procgroup.Exec{Env: procwatch.CleanEnv()}
+}
+
 // Exists reports whether lb has a stored config.
 func (s *Store) Exists(lb string) bool {
 	if s.Layout.CheckID(lb) != nil {
@@ -106,12 +98,6 @@ func (s *Store) Exists(lb string) bool {
 	}
 	_, err := os.Stat(s.Layout.ConfigPath(lb))
 	return err == nil
-}
-
-// MD5 is the hex digest the API uses as ETag.
-func MD5(data []byte) string {
-	sum := md5.Sum(data)
-	return hex.EncodeToString(sum[:])
 }
 
 // Upload validates cfg as lb's config and, if HAProxy accepts it, makes it
@@ -202,7 +188,7 @@ func (s *Store) check(ctx context.Context, lb, path, peer string) (string, error
 	if s.Sandbox != nil {
 		out, err = s.Sandbox.run(ctx, lb, path, s.UserGroupFile, s.HAProxyCmd, args...)
 	} else {
-		out, err = s.Runner.CombinedOutput(ctx, s.HAProxyCmd, args...)
+		out, err = s.checkRunner().CombinedOutput(ctx, s.HAProxyCmd, args...)
 	}
 	if errors.Is(err, errSandbox) {
 		return "", err

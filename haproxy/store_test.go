@@ -29,6 +29,10 @@ func (f *fakeRunner) CombinedOutput(_ context.Context, name string, args ...stri
 	return []byte("Configuration file is valid\n"), nil
 }
 
+func (f *fakeRunner) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return f.CombinedOutput(ctx, name, args...)
+}
+
 func newTestStore(t *testing.T) (*Store, *fakeRunner) {
 	dir := t.TempDir()
 	r := &fakeRunner{}

@@ -296,11 +296,11 @@ func (s *Supervisor) newInstance(lb string) *instance {
 		ProcDir:   s.opts.ProcDir,
 		Ours:      in.ours,
 		Adoptable: func(ctx context.Context, pid int) bool {
-			_, err := showProc(ctx, sock)
+			_, err := stats.ShowProc(ctx, sock)
 			return err == nil
 		},
 		Ready: func(ctx context.Context, _ *procwatch.Process) bool {
-			t, err := showProc(ctx, sock)
+			t, err := stats.ShowProc(ctx, sock)
 			return err == nil && len(t.Workers) > 0
 		},
 		OnDeath: in.died,
@@ -388,13 +388,13 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 	// HAProxy dumps its servers for the new master while the master tells
 	// which workers it runs now: both before the signal.
 	var (
-		before    procTable
+		before    stats.Proc
 		beforeErr error
 		asked     = make(chan struct{})
 	)
 	go func() {
 		defer close(asked)
-		before, beforeErr = showProc(ctx, in.s.layout().MasterSocketPath(in.lb))
+		before, beforeErr = stats.ShowProc(ctx, in.s.layout().MasterSocketPath(in.lb))
 	}()
 	in.saveServersState(ctx)
 	<-asked
@@ -433,13 +433,13 @@ func (in *instance) check(ctx context.Context) (string, error) {
 // new worker generation, or reports that loading failed. It returns the
 // new worker's pid.
 func (in *instance) signalReload(ctx context.Context, proc *procwatch.Process) (int, error) {
-	before, err := showProc(ctx, in.s.layout().MasterSocketPath(in.lb))
+	before, err := stats.ShowProc(ctx, in.s.layout().MasterSocketPath(in.lb))
 	return in.signalReloadFrom(ctx, proc, before, err)
 }
 
 // signalReloadFrom is signalReload with the master's answer (or error)
 // from just before.
-func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Process, before procTable, err error) (int, error) {
+func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Process, before stats.Proc, err error) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("master CLI before reload: %w", err)
 	}
@@ -459,7 +459,7 @@ func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Proces
 		if !proc.Alive() {
 			return 0, fmt.Errorf("HAProxy master %s during reload", proc.Status)
 		}
-		if now, err := showProc(ctx, sock); err == nil && now.MasterPID == proc.Pid {
+		if now, err := stats.ShowProc(ctx, sock); err == nil && now.MasterPID == proc.Pid {
 			if now.FailedReloads > before.FailedReloads {
 				return 0, errors.New("HAProxy could not load the new configuration")
 			}
@@ -493,7 +493,7 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 	listed := func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), stateTimeout)
 		defer cancel()
-		now, err := showProc(ctx, sock)
+		now, err := stats.ShowProc(ctx, sock)
 		return err == nil && slices.Contains(now.Workers, worker), err
 	}
 	if ok, _ := listed(); ok {

@@ -22,6 +22,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
@@ -68,7 +69,6 @@ func realStore(t *testing.T, bin, dir string) *Store {
 		Layout:        Layout{Base: filepath.Join(dir, "lib")},
 		HAProxyCmd:    bin,
 		UserGroupFile: filepath.Join(dir, "user-group.conf"),
-		Runner:        ExecRunner{},
 		Log:           zaptest.NewLogger(t),
 	}
 	// No user/group switch: the test may not run as root.
@@ -256,7 +256,7 @@ func TestSupervisorRollsBackAFailedStart(t *testing.T) {
 // currentWorker returns the pid of the master's current worker.
 func currentWorker(t *testing.T, sup *Supervisor) int {
 	t.Helper()
-	tbl, err := showProc(context.Background(), sup.store().Layout.MasterSocketPath("lb1"))
+	tbl, err := stats.ShowProc(context.Background(), sup.store().Layout.MasterSocketPath("lb1"))
 	if err != nil || len(tbl.Workers) == 0 {
 		t.Fatalf("show proc: %+v %v", tbl, err)
 	}
@@ -354,7 +354,7 @@ func TestSupervisorFailedReloadWaitsForTheLastGoodWrite(t *testing.T) {
 	// rollback that did not wait for it would find no last good config.
 	slowLastGood = func() {
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			if p, err := showProc(context.Background(), st.Layout.MasterSocketPath("lb1")); err == nil && p.FailedReloads > 0 {
+			if p, err := stats.ShowProc(context.Background(), st.Layout.MasterSocketPath("lb1")); err == nil && p.FailedReloads > 0 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)

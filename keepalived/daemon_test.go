@@ -15,6 +15,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // fakeKeepalived stands in for keepalived: it writes its pid to -p's file
@@ -75,17 +76,6 @@ func (e *fakeEnv) vrrp(t *testing.T) *VRRP {
 	return v
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: timed out", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestFakeKeepalivedStartReloadRespawnStop(t *testing.T) {
 	e := newFakeEnv(t)
 	v := e.vrrp(t)
@@ -111,13 +101,13 @@ func TestFakeKeepalivedStartReloadRespawnStop(t *testing.T) {
 	if reloaded, err := v.Start(ctx); err != nil || !reloaded || v.Pid() != pid {
 		t.Fatalf("second start: reloaded %v, pid %d→%d, %v", reloaded, pid, v.Pid(), err)
 	}
-	waitUntil(t, "the reload reaching keepalived", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the reload reaching keepalived", func() bool {
 		out, _ := os.ReadFile(v.Layout().LogPath())
 		return strings.Contains(string(out), "reloaded")
 	})
 	// kill -9: restarted by the supervisor.
 	syscall.Kill(pid, syscall.SIGKILL)
-	waitUntil(t, "a respawned keepalived", func() bool { p := v.Pid(); return p != 0 && p != pid })
+	testkit.WaitFor(t, 10*time.Second, "a respawned keepalived", func() bool { p := v.Pid(); return p != 0 && p != pid })
 	if h := v.k.d.History(); h.Restarts != 1 || h.LastExit != "killed by signal killed" {
 		t.Fatalf("history %+v", h)
 	}
@@ -163,12 +153,12 @@ func TestFakeKeepalivedAdoptedAndRestored(t *testing.T) {
 	// The adopted process is not the new agent's child; its death is still
 	// seen and it is restarted.
 	syscall.Kill(pid, syscall.SIGKILL)
-	waitUntil(t, "the adopted keepalived respawned", func() bool { p := second.Pid(); return p != 0 && p != pid })
+	testkit.WaitFor(t, 10*time.Second, "the adopted keepalived respawned", func() bool { p := second.Pid(); return p != 0 && p != pid })
 	pid = second.Pid()
 	second.Close()
 	// "Reboot": the process is gone, the desired state says running.
 	syscall.Kill(pid, syscall.SIGKILL)
-	waitUntil(t, "the old keepalived gone", func() bool { return syscall.Kill(pid, 0) != nil })
+	testkit.WaitFor(t, 10*time.Second, "the old keepalived gone", func() bool { return syscall.Kill(pid, 0) != nil })
 	third := e.vrrp(t)
 	if err := third.Restore(ctx); err != nil {
 		t.Fatal(err)
@@ -197,7 +187,7 @@ func TestFakeKeepalivedFailedStartRetried(t *testing.T) {
 		t.Fatalf("failed start: %v", err)
 	}
 	os.Remove(refuse)
-	waitUntil(t, "the retried start", v.Running)
+	testkit.WaitFor(t, 10*time.Second, "the retried start", v.Running)
 }
 
 // keepalived --log-console prints its log records with a date; those go

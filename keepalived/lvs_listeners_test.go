@@ -8,9 +8,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 const lvsConf = "net_namespace amphora-haproxy\n\nvirtual_server_group ipv4-group {\n    203.0.113.10 53\n}\n\nvirtual_server group ipv4-group {\n}\n"
@@ -116,7 +118,7 @@ func TestLVSListenerLifecycle(t *testing.T) {
 
 	// kill -9: restarted by the supervisor.
 	syscall.Kill(newPid, syscall.SIGKILL)
-	waitUntil(t, "a respawned keepalived", func() bool { p := s.instance("l1").d.Pid(); return p != 0 && p != newPid })
+	testkit.WaitFor(t, 10*time.Second, "a respawned keepalived", func() bool { p := s.instance("l1").d.Pid(); return p != 0 && p != newPid })
 	pid = s.instance("l1").d.Pid()
 
 	// A new agent adopts it.
@@ -148,7 +150,7 @@ func TestLVSListenerLifecycle(t *testing.T) {
 	pid = s3.instance("l1").d.Pid()
 	s3.Close()
 	syscall.Kill(-pid, syscall.SIGKILL)
-	waitUntil(t, "keepalived gone", func() bool { return !l.Running("l1") })
+	testkit.WaitFor(t, 10*time.Second, "keepalived gone", func() bool { return !l.Running("l1") })
 	s4 := e.lvs(t)
 	if err := s4.Restore(ctx); err != nil || !l.Running("l1") {
 		t.Fatalf("restore after a reboot: running %v, %v", l.Running("l1"), err)

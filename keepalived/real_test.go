@@ -18,6 +18,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // Real keepalived: a request already cancelled, or one whose client hangs
@@ -52,9 +53,7 @@ func realVRRP(t *testing.T, j journalfwd.Sink) *VRRP {
 	if err != nil {
 		t.Skip("keepalived is not installed (make test installs it)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("keepalived needs root")
-	}
+	testkit.RequireRoot(t, "runs keepalived")
 	base := t.TempDir()
 	v := NewVRRP(VRRPOptions{Base: base, Options: Options{Cmd: bin, Log: zaptest.NewLogger(t), Journal: j}})
 	t.Cleanup(func() {

@@ -14,6 +14,8 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // osThreads is the number of OS threads of this process.
@@ -32,7 +34,7 @@ func osThreads(t *testing.T) int {
 // never leaves the process's main thread elsewhere, and refuses after
 // Close.
 func TestDialer(t *testing.T) {
-	needRoot(t)
+	testkit.RequireRoot(t, needsRoot)
 	name := newNamespace(t, "aa-dialer-")
 	addr := netip.MustParseAddrPort(helloListener(t, name).Addr().String())
 

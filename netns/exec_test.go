@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 func TestStartInRunsTheChildInTheNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testkit.RequireRoot(t, "creates a network namespace")
 	name := fmt.Sprintf("aa-exec-%d", os.Getpid())
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

@@ -14,15 +14,12 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // These tests use the real kernel; they need root, which CI has.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and veth pairs")
-	}
-}
+const needsRoot = "creates network namespaces and veth pairs"
 
 // uniq returns prefix plus 6 random hex digits: short enough for link
 // names (15 characters), unique across parallel test processes.
@@ -63,7 +60,7 @@ func sysctlIn(t *testing.T, ns, key string) string {
 }
 
 func TestEnsureCreatesAndConfigures(t *testing.T) {
-	needRoot(t)
+	testkit.RequireRoot(t, needsRoot)
 	core, logs := observer.New(zap.WarnLevel)
 	log := zap.New(core)
 
@@ -144,7 +141,7 @@ func TestEnsureRejectsBadNames(t *testing.T) {
 // neighbour entries with a wrong MAC for both addresses; the gratuitous ARP
 // and the unsolicited NA (Override flag) must correct them.
 func TestAdvertise(t *testing.T) {
-	needRoot(t)
+	testkit.RequireRoot(t, needsRoot)
 	amp := newNamespace(t, "aa-adv-")
 	peer := newNamespace(t, "aa-peer-")
 	vAmp, vPeer := uniq("aav"), uniq("aap")
@@ -187,7 +184,7 @@ func TestAdvertise(t *testing.T) {
 }
 
 func TestAdvertiseMissingNamespace(t *testing.T) {
-	needRoot(t)
+	testkit.RequireRoot(t, needsRoot)
 	err := Advertise(context.Background(), uniq("aa-none-"), []netip.Addr{netip.MustParseAddr("198.51.100.1")})
 	if err == nil {
 		t.Fatal("Advertise in a namespace that does not exist succeeded")
@@ -215,7 +212,7 @@ func TestGARPFrame(t *testing.T) {
 // `ip link set ... netns <pid>` and /proc/self/ns/net name, is its
 // namespace.
 func TestOnThreadInLeavesNoThreadInside(t *testing.T) {
-	needRoot(t)
+	testkit.RequireRoot(t, needsRoot)
 	ns := uniq("aath")
 	if err := EnsureWith(ns, zap.NewNop()); err != nil {
 		t.Fatal(err)

@@ -11,14 +11,14 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // A socket opened by Listen or Dial lives in the namespace by that name
 // when it was opened; ID tells a namespace recreated under the same name.
 func TestSocketsInNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testkit.RequireRoot(t, "creates a network namespace")
 	name := fmt.Sprintf("aa-sock-%d", os.Getpid())
 	t.Cleanup(func() { vnetns.DeleteNamed(name) })
 	if err := EnsureWith(name, zap.NewNop()); err != nil {

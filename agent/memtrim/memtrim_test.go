@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // fake counts what a Trimmer asks and does.
@@ -35,17 +37,6 @@ func (f *fake) start(t *testing.T, o Options) *Trimmer {
 	return tr
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // Requests in a row postpone the trim: each trim comes at least the quiet
 // time after the last touch before it, and one follows the last touch.
 func TestTrimOnlyAfterQuiet(t *testing.T) {
@@ -63,7 +54,7 @@ func TestTrimOnlyAfterQuiet(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	last := touches[len(touches)-1]
-	waitFor(t, "the trim after the last request", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the trim after the last request", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(releases) > 0 && releases[len(releases)-1].After(last)
@@ -88,13 +79,13 @@ func TestNoTrimBelowMinimum(t *testing.T) {
 	f.reclaimable.Store(DefaultMinimum - 1)
 	tr := f.start(t, Options{Quiet: 10 * time.Millisecond, Every: time.Hour})
 	tr.Touch()
-	waitFor(t, "the check after the quiet", func() bool { return f.asked.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the check after the quiet", func() bool { return f.asked.Load() == 1 })
 	if n := f.released.Load(); n != 0 {
 		t.Fatalf("%d trims with %d bytes reclaimable", n, DefaultMinimum-1)
 	}
 	f.reclaimable.Store(DefaultMinimum)
 	tr.Touch()
-	waitFor(t, "the trim at the minimum", func() bool { return f.released.Load() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the trim at the minimum", func() bool { return f.released.Load() == 1 })
 }
 
 // Without activity the periodic check trims what built up.
@@ -102,7 +93,7 @@ func TestTrimPeriodically(t *testing.T) {
 	var f fake
 	f.reclaimable.Store(2 << 20)
 	f.start(t, Options{Quiet: time.Hour, Every: 20 * time.Millisecond})
-	waitFor(t, "two periodic trims", func() bool { return f.released.Load() >= 2 })
+	testkit.WaitFor(t, 5*time.Second, "two periodic trims", func() bool { return f.released.Load() >= 2 })
 }
 
 // The periodic check waits while a quiet spell is pending, so requests
@@ -113,7 +104,7 @@ func TestPeriodicWaitsForQuiet(t *testing.T) {
 	tr := f.start(t, Options{Quiet: 150 * time.Millisecond, Every: 10 * time.Millisecond})
 	tr.Touch()
 	// Give the Run loop the touch before counting.
-	waitFor(t, "the touch taken", func() bool { return len(tr.touched) == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the touch taken", func() bool { return len(tr.touched) == 0 })
 	before := f.released.Load()
 	time.Sleep(60 * time.Millisecond)
 	if n := f.released.Load() - before; n > 1 {

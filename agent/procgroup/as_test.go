@@ -7,14 +7,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // As and StartInView: the command runs as the given user, sees the bind
 // mounts, and nobody else does.
 func TestAsWithBinds(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (mount namespaces, changing user)")
-	}
+	testkit.RequireRoot(t, "mount namespaces, changing user")
 	dir := openTempDir(t)
 	target, source := filepath.Join(dir, "target"), filepath.Join(dir, "source")
 	if err := os.WriteFile(target, []byte("original\n"), 0o644); err != nil {
@@ -44,9 +44,7 @@ func TestAsWithBinds(t *testing.T) {
 // the way to the bind targets beneath it; on disk nothing is made or
 // changed.
 func TestStartInViewCovers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (mount namespaces, changing user)")
-	}
+	testkit.RequireRoot(t, "mount namespaces, changing user")
 	dir := openTempDir(t)
 	closed := filepath.Join(dir, "closed")
 	file, folder := filepath.Join(closed, "a", "file"), filepath.Join(closed, "b", "folder")

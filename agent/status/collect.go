@@ -153,8 +153,8 @@ func (c *collector) loadBalancers(ctx context.Context, l haproxy.Layout) {
 		if p.Running {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			if ans, err := c.sys.HAProxy(qctx, l.MasterSocketPath(lb), "show proc; quit"); err == nil {
-				if w, err := haproxy.ShowProcWorkers(ans); err == nil {
-					out.Workers = nonNil(w)
+				if proc, err := stats.ParseShowProc(ans); err == nil {
+					out.Workers = nonNil(proc.Workers)
 				}
 			} else {
 				c.unknown("workers of " + lb + ": " + err.Error())

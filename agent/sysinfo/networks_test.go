@@ -4,13 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
-	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 func uniqueNSName(t *testing.T) string {
@@ -56,9 +57,7 @@ func mustIP(t *testing.T, args ...string) {
 }
 
 func TestNetworksInNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace (ip netns add)")
-	}
+	testkit.RequireRoot(t, "creates a network namespace (ip netns add)")
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("iproute2 'ip' command not installed")
 	}

@@ -29,36 +29,6 @@ type Versions struct {
 	HAProxy, Keepalived, IPVSAdm string
 }
 
-// Runner runs a command and returns its stdout.
-type Runner interface {
-	Output(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
-// CombinedRunner is optionally implemented by a Runner that can also
-// capture stderr. The version-flag fallback prefers it because keepalived
-// prints its banner on stderr.
-type CombinedRunner interface {
-	CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error)
-}
-
-type execRunner struct{}
-
-// ExecRunner returns a Runner backed by os/exec. The context bounds the
-// command's lifetime.
-func ExecRunner() Runner { return execRunner{} }
-
-func (execRunner) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
-	var out bytes.Buffer
-	cmd := procgroup.Command(ctx, name, args...)
-	cmd.Stdout = &out
-	err := procgroup.Run(cmd, nil)
-	return out.Bytes(), err
-}
-
-func (execRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
-	return procgroup.CombinedOutput(procgroup.Command(ctx, name, args...), nil)
-}
-
 type pkgFamily int
 
 const (
@@ -97,9 +67,9 @@ type versionQuery struct {
 // The haproxy version has any package epoch removed because the controller
 // parses its first dot-separated component as an integer; the other two
 // keep theirs, as upstream reports them.
-func LookupVersions(ctx context.Context, r Runner, osRelease string, haproxyCmd string) Versions {
+func LookupVersions(ctx context.Context, r procgroup.Runner, osRelease string, haproxyCmd string) Versions {
 	if r == nil {
-		r = ExecRunner()
+		r = procgroup.Exec{}
 	}
 	if haproxyCmd == "" {
 		haproxyCmd = "haproxy"
@@ -126,7 +96,7 @@ func LookupVersions(ctx context.Context, r Runner, osRelease string, haproxyCmd 
 	return v
 }
 
-func lookupOne(ctx context.Context, r Runner, family pkgFamily, q versionQuery) string {
+func lookupOne(ctx context.Context, r procgroup.Runner, family pkgFamily, q versionQuery) string {
 	v := packageVersion(ctx, r, family, q.pkg)
 	if v == "" {
 		v = binaryVersion(ctx, r, q)
@@ -137,7 +107,7 @@ func lookupOne(ctx context.Context, r Runner, family pkgFamily, q versionQuery) 
 	return v
 }
 
-func packageVersion(ctx context.Context, r Runner, family pkgFamily, pkg string) string {
+func packageVersion(ctx context.Context, r procgroup.Runner, family pkgFamily, pkg string) string {
 	var name string
 	var args []string
 	switch family {
@@ -161,16 +131,12 @@ func packageVersion(ctx context.Context, r Runner, family pkgFamily, pkg string)
 	return strings.TrimSpace(string(out))
 }
 
-func binaryVersion(ctx context.Context, r Runner, q versionQuery) string {
+func binaryVersion(ctx context.Context, r procgroup.Runner, q versionQuery) string {
 	ctx, cancel := context.WithTimeout(ctx, versionQueryTimeout)
 	defer cancel()
-	var out []byte
-	if cr, ok := r.(CombinedRunner); ok {
-		out, _ = cr.CombinedOutput(ctx, q.bin, q.flag)
-	} else {
-		out, _ = r.Output(ctx, q.bin, q.flag)
-	}
-	// The exit status is ignored: the regexp only matches a real banner.
+	// keepalived prints its banner on stderr. The exit status is ignored:
+	// the regexp only matches a real banner.
+	out, _ := r.CombinedOutput(ctx, q.bin, q.flag)
 	if m := q.re.FindSubmatch(out); m != nil {
 		return string(m[1])
 	}

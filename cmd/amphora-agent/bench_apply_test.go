@@ -319,7 +319,7 @@ func (f *floor) apply(cfg string) (check, total time.Duration, err error) {
 		return 0, 0, err
 	}
 	for deadline := start.Add(30 * time.Second); ; {
-		if now, err := f.p.ShowProc(); err == nil && now.Reloads > before.Reloads && now.Workers > 0 {
+		if now, err := f.p.ShowProc(); err == nil && now.Reloads > before.Reloads && len(now.Workers) > 0 {
 			return check, time.Since(start), nil
 		}
 		if time.Now().After(deadline) {

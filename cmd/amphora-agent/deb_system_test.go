@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 )
 
@@ -51,9 +52,7 @@ const (
 var debDepends = []string{"haproxy", "keepalived", "ipvsadm", "iproute2", "nftables", "netcat-openbsd"}
 
 func TestDebPackage(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("deb: needs root (the package is built with root-owned files and installed in a chroot)")
-	}
+	testkit.RequireRoot(t, "deb: the package is built with root-owned files and installed in a chroot")
 	for _, tool := range []string{"dpkg-deb", "dpkg", "git", "chroot", "tar"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("deb: needs %s", tool)

@@ -29,10 +29,11 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/acceptretry", "agent/dirlock", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
+		from: []string{"agent/acceptretry", "agent/dirlock", "agent/etag", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
 		deny: []string{"..."},
-		// Their own test helpers, themselves free of the module.
-		allow: []string{"agent/acceptretry/acceptretrytest", "agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest"},
+		// Their own test helpers and the shared test kit, themselves
+		// free of the module.
+		allow: []string{"agent/acceptretry/acceptretrytest", "agent/journalfwd/journalfwdtest", "agent/procgroup/procgrouptest", "agent/testkit"},
 	},
 	{
 		why:  "test helpers of leaf helpers import nothing of this module",
@@ -40,11 +41,18 @@ var layerRules = []layerRule{
 		deny: []string{"..."},
 	},
 	{
-		// Package version lookups run commands like everyone else.
-		why:   "host facts import only the command runner",
+		// Every package's tests may import it, so it may import none.
+		why:  "the shared test kit imports nothing of this module",
+		from: []string{"agent/testkit"},
+		deny: []string{"..."},
+	},
+	{
+		// Package version lookups run commands like everyone else, and
+		// interface counters come from netns's one link listing.
+		why:   "host facts import only the command runner and netns",
 		from:  []string{"agent/sysinfo"},
 		deny:  []string{"..."},
-		allow: []string{"agent/procgroup"},
+		allow: []string{"agent/procgroup", "agent/testkit", "netns"},
 	},
 	{
 		// The supervision core writes its state atomically, reads pid
@@ -154,6 +162,16 @@ func TestLayerViolations(t *testing.T) {
 				"agent/pidfile": {"agent/fsutil", "agent/pidfile"},
 			},
 			want: []string{"agent/pidfile imports agent/fsutil: leaf helpers import nothing of this module"},
+		},
+		{
+			name: "test kit imports the module",
+			g: importGraph{
+				"agent/fault":     {},
+				"agent/testkit":   {"agent/fault", "testing"},
+				"agent/procgroup": {"agent/testkit"},
+				"agent/sysinfo":   {"agent/procgroup", "agent/testkit"},
+			},
+			want: []string{"agent/testkit imports agent/fault: the shared test kit imports nothing of this module"},
 		},
 		{
 			name: "supervision core imports more than leaf helpers",

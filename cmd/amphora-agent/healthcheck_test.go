@@ -2,11 +2,11 @@ package main
 
 import (
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
 )
 
@@ -73,9 +73,7 @@ func TestHealthCheckExitCodes(t *testing.T) {
 	if got := runHealthCheck([]string{"--help"}, &out, &errOut); got != 0 || !strings.Contains(out.String(), "usage:") {
 		t.Errorf("--help: exit %d, stdout %q", got, out.String())
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("health-checker: a probe needs a raw socket (root)")
-	}
+	testkit.RequireRoot(t, "health-checker: a probe needs a raw socket")
 	// No time to wait: the INIT goes out and the verdict is the timeout.
 	out.Reset()
 	if got := runHealthCheck([]string{"sctp", "-t", "0", "127.0.0.1", "9"}, &out, &errOut); got != 2 || !strings.Contains(out.String(), "Timeout after") {

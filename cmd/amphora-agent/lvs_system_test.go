@@ -3,7 +3,6 @@
 package main
 
 import (
-	"crypto/md5"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -77,7 +76,7 @@ func TestLVSListenerUploadAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if got, want := resp.Header.Get("ETag"), fmt.Sprintf("%x", md5.Sum([]byte(cfg))); got != want {
+	if got, want := resp.Header.Get("ETag"), md5Hex([]byte(cfg)); got != want {
 		t.Fatalf("ETag %q, want %q", got, want)
 	}
 

@@ -20,6 +20,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/haproxy/promex"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
@@ -153,9 +154,7 @@ func TestMetricsCutShort(t *testing.T) {
 // it after the agent starts) and moves to a namespace recreated under the
 // same name; the exporter is read inside it.
 func TestMetricsFollowNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
+	testkit.RequireRoot(t, "creates network namespaces")
 	name := fmt.Sprintf("aa-metrics-%d", os.Getpid())
 	t.Cleanup(func() { vnetns.DeleteNamed(name) })
 	m := newMetricsServer(name, "127.0.0.1:19102", "127.0.0.1:19101", zap.NewNop())

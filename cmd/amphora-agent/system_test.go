@@ -5,9 +5,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/md5"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -467,8 +465,7 @@ func TestCertificateEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	sum := md5.Sum(pem)
-	want := hex.EncodeToString(sum[:])
+	want := md5Hex(pem)
 	if resp.StatusCode != 200 || resp.Header.Get("ETag") != want {
 		t.Fatalf("PUT: %d ETag %q, want %s", resp.StatusCode, resp.Header.Get("ETag"), want)
 	}

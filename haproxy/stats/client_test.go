@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // fakeSocket serves a UNIX socket the way HAProxy's stats socket does:
@@ -160,7 +162,7 @@ func TestCommandTimeout(t *testing.T) {
 
 	ctx, cancel = context.WithCancel(context.Background())
 	go func() { _, err := Command(ctx, f.path, "show info"); done <- err }()
-	waitUntil(t, func() bool { return len(f.commands()) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the second command", func() bool { return len(f.commands()) == 2 })
 	cancel()
 	select {
 	case err := <-done:
@@ -169,17 +171,6 @@ func TestCommandTimeout(t *testing.T) {
 		}
 	case <-time.After(DefaultTimeout):
 		t.Fatal("cancellation did not end the command")
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
@@ -107,7 +108,7 @@ func Start(t testing.TB, o Options) *Process {
 	t.Cleanup(p.Stop)
 	p.waitFor(15*time.Second, "the first worker", func() bool {
 		proc, err := p.ShowProc()
-		return err == nil && proc.Workers > 0
+		return err == nil && len(proc.Workers) > 0
 	})
 	if o.StatsSocket != "" {
 		p.waitFor(15*time.Second, "the stats socket", func() bool {
@@ -126,17 +127,23 @@ func (p *Process) waitFor(timeout time.Duration, what string, cond func() bool) 
 }
 
 func (p *Process) wait(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	exited := false
+	met := testkit.Until(timeout, func() bool {
+		if cond() {
+			return true
+		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("haproxy exited while waiting for %s: %v\n%s", what, p.cmd.ProcessState, p.out.String())
+			exited = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("haproxy: timed out after %v waiting for %s\n%s", timeout, what, p.out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return exited
+	})
+	switch {
+	case exited:
+		return fmt.Errorf("haproxy exited while waiting for %s: %v\n%s", what, p.cmd.ProcessState, p.out.String())
+	case !met:
+		return fmt.Errorf("haproxy: timed out after %v waiting for %s\n%s", timeout, what, p.out.String())
 	}
 	return nil
 }
@@ -147,46 +154,11 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Output is what HAProxy printed so far.
 func (p *Process) Output() string { return p.out.String() }
 
-// Proc is the part of the master's `show proc` the tests need.
-type Proc struct {
-	Reloads int // reloads of the master
-	Workers int // current workers (not old ones still finishing)
-}
-
 // ShowProc asks the master CLI for its process list.
-func (p *Process) ShowProc() (Proc, error) {
+func (p *Process) ShowProc() (stats.Proc, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	out, err := stats.Command(ctx, p.Master, "show proc")
-	if err != nil {
-		return Proc{}, err
-	}
-	var pr Proc
-	section, sawMaster := "", false
-	for line := range strings.SplitSeq(string(out), "\n") {
-		if strings.HasPrefix(line, "#") {
-			section = strings.TrimSpace(strings.TrimPrefix(line, "#"))
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			continue
-		}
-		switch {
-		case f[1] == "master":
-			n, err := strconv.Atoi(f[2])
-			if err != nil {
-				return Proc{}, fmt.Errorf("show proc: %q", line)
-			}
-			pr.Reloads, sawMaster = n, true
-		case f[1] == "worker" && section == "workers":
-			pr.Workers++
-		}
-	}
-	if !sawMaster {
-		return Proc{}, fmt.Errorf("show proc: no master line in %q", out)
-	}
-	return pr, nil
+	return stats.ShowProc(ctx, p.Master)
 }
 
 // Reload sends SIGUSR2 to the master and waits until the master has
@@ -211,11 +183,11 @@ func (p *Process) TryReload() (int, error) {
 	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		return 0, err
 	}
-	var now Proc
+	var now stats.Proc
 	err = p.wait(15*time.Second, "the reload", func() bool {
 		var err error
 		now, err = p.ShowProc()
-		return err == nil && now.Reloads > before.Reloads && now.Workers > 0
+		return err == nil && now.Reloads > before.Reloads && len(now.Workers) > 0
 	})
 	return now.Reloads, err
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
@@ -374,17 +375,9 @@ func (e *Env) Do(method, path string, body []byte) (int, string, []byte) {
 	return resp.StatusCode, resp.Header.Get("Content-Type"), buf.Bytes()
 }
 
-// WaitFor polls cond until it holds or the timeout passes.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// WaitFor is testkit.WaitFor, kept here so that the tier tests reach
+// their whole harness through one package.
+var WaitFor = testkit.WaitFor
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use: a child
 // process's output can be read while the process writes it.

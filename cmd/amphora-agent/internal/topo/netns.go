@@ -21,6 +21,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // RequireRoot skips the test unless it runs as root: namespaces, veths and
@@ -28,9 +30,7 @@ import (
 // under `go test -tags system`.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("topo: needs root to create network namespaces and veth pairs (run `go test -tags system` as root)")
-	}
+	testkit.RequireRoot(t, "topo creates network namespaces and veth pairs (run `go test -tags system` as root)")
 }
 
 // Namespace is a named network namespace (/run/netns/Name) that the test

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // TestMain fails the run if anything carrying this process's tag survives
@@ -36,14 +38,13 @@ func TestMain(m *testing.M) {
 }
 
 func waitNoLeftovers(d time.Duration) ([]string, error) {
-	deadline := time.Now().Add(d)
-	for {
-		left, err := Leftovers()
-		if err != nil || len(left) == 0 || time.Now().After(deadline) {
-			return left, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var left []string
+	var err error
+	testkit.Until(d, func() bool {
+		left, err = Leftovers()
+		return err != nil || len(left) == 0
+	})
+	return left, err
 }
 
 func nsInode(t testing.TB, path string) string {

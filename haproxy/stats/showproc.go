@@ -1,4 +1,4 @@
-package haproxy
+package stats
 
 import (
 	"bufio"
@@ -8,13 +8,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
-// procTable is the master's `show proc` answer.
-type procTable struct {
+// Proc is a master's `show proc` answer.
+type Proc struct {
 	MasterPID int
+	// Reloads counts the master's re-executions, failed ones included.
+	Reloads int
 	// FailedReloads counts reloads whose new config the master could not
 	// load (it then keeps the old workers).
 	FailedReloads int
@@ -25,7 +25,7 @@ type procTable struct {
 
 var failedCount = regexp.MustCompile(`\[failed:\s*(\d+)\]`)
 
-// parseShowProc reads HAProxy 2.x `show proc` output:
+// ParseShowProc reads HAProxy 2.x `show proc` output:
 //
 //	#<PID>  <type>  <reloads>  <uptime>  <version>
 //	458     master  2 [failed: 1]  0d00h10m19s  2.6.12
@@ -33,8 +33,8 @@ var failedCount = regexp.MustCompile(`\[failed:\s*(\d+)\]`)
 //	472     worker  1  0d00h10m18s  2.6.12
 //	# old workers
 //	...
-func parseShowProc(out []byte) (procTable, error) {
-	var t procTable
+func ParseShowProc(out []byte) (Proc, error) {
+	var p Proc
 	section := "master"
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -59,33 +59,29 @@ func parseShowProc(out []byte) (procTable, error) {
 		}
 		switch {
 		case fields[1] == "master":
-			t.MasterPID = pid
+			p.MasterPID = pid
+			if len(fields) > 2 {
+				p.Reloads, _ = strconv.Atoi(fields[2])
+			}
 			if m := failedCount.FindStringSubmatch(line); m != nil {
-				t.FailedReloads, _ = strconv.Atoi(m[1])
+				p.FailedReloads, _ = strconv.Atoi(m[1])
 			}
 		case fields[1] == "worker" && section == "workers":
-			t.Workers = append(t.Workers, pid)
+			p.Workers = append(p.Workers, pid)
 		}
 	}
-	if t.MasterPID == 0 {
-		return t, fmt.Errorf("unexpected show proc answer: %q", out)
+	if p.MasterPID == 0 {
+		return p, fmt.Errorf("unexpected show proc answer: %q", out)
 	}
-	return t, nil
+	return p, nil
 }
 
-// showProc asks the master CLI. The master keeps CLI connections open
-// after an answer, so the command ends with quit.
-func showProc(ctx context.Context, masterSocket string) (procTable, error) {
-	out, err := stats.Command(ctx, masterSocket, "show proc; quit")
+// ShowProc asks a master CLI for its process list. The master keeps CLI
+// connections open after an answer, so the command ends with quit.
+func ShowProc(ctx context.Context, masterSocket string) (Proc, error) {
+	out, err := Command(ctx, masterSocket, "show proc; quit")
 	if err != nil {
-		return procTable{}, err
+		return Proc{}, err
 	}
-	return parseShowProc(out)
-}
-
-// ShowProcWorkers reads the current workers' pids from a master's
-// `show proc` answer.
-func ShowProcWorkers(out []byte) ([]int, error) {
-	t, err := parseShowProc(out)
-	return t.Workers, err
+	return ParseShowProc(out)
 }

@@ -1,0 +1,49 @@
+// Package testkit holds the test helpers every tier shares: waiting for a
+// condition under a deadline and skipping what needs root. It imports
+// nothing of this module, so any package's tests may use it.
+package testkit
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// maxPoll bounds the pause between two looks at a condition: polling
+// starts at a millisecond, so quick conditions end quickly, and backs off
+// so that slow ones (an HTTP round trip, a daemon starting) do not load a
+// busy machine.
+const maxPoll = 20 * time.Millisecond
+
+// Until polls cond until it holds or timeout passes and reports whether it
+// held. It is for goroutines other than the test's, which must not call
+// t.Fatal.
+func Until(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	pause := time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, maxPoll)
+	}
+	return true
+}
+
+// WaitFor polls cond until it holds; when timeout passes first, the test
+// fails naming what it waited for.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Until(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// RequireRoot skips the test unless it runs as root; why says what needs it.
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: " + why)
+	}
+}

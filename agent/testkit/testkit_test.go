@@ -1,0 +1,42 @@
+package testkit
+
+import (
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestUntilWaitsForTheCondition(t *testing.T) {
+	var calls atomic.Int32
+	if !Until(10*time.Second, func() bool { return calls.Add(1) == 3 }) {
+		t.Fatal("a condition that came true was reported as timed out")
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("cond called %d times, want 3", n)
+	}
+}
+
+func TestUntilGivesUpAtTheDeadline(t *testing.T) {
+	start := time.Now()
+	if Until(50*time.Millisecond, func() bool { return false }) {
+		t.Fatal("a condition that never held was reported as met")
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Fatalf("gave up after %v, before the deadline", d)
+	}
+}
+
+// RequireRoot lets a root test go on and ends any other by skipping it.
+func TestRequireRoot(t *testing.T) {
+	root := os.Geteuid() == 0
+	went, skipped := false, false
+	t.Run("probe", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		RequireRoot(t, "the probe")
+		went = true
+	})
+	if went != root || skipped == root {
+		t.Fatalf("as uid %d: went on %v, skipped %v", os.Geteuid(), went, skipped)
+	}
+}
