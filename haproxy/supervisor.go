@@ -61,6 +61,9 @@ type SupervisorOptions struct {
 	ProcDir   string
 	// ConfirmAfter: see DefaultConfirmAfter.
 	ConfirmAfter time.Duration
+	// AfterFunc runs f once d has passed (time.AfterFunc by default): the
+	// clock of ConfirmAfter, which a test fires itself instead of waiting.
+	AfterFunc func(d time.Duration, f func())
 	// Journal receives each load balancer's HAProxy output (under
 	// systemd); nil keeps it in the output files only.
 	Journal journalfwd.Sink
@@ -88,6 +91,9 @@ type Supervisor struct {
 func NewSupervisor(o SupervisorOptions) *Supervisor {
 	if o.ConfirmAfter <= 0 {
 		o.ConfirmAfter = DefaultConfirmAfter
+	}
+	if o.AfterFunc == nil {
+		o.AfterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -534,7 +540,7 @@ func (in *instance) loaded(h *procwatch.Held) {
 	in.loads++
 	gen, proc := in.loads, h.Proc()
 	in.unconfirmed = true
-	time.AfterFunc(in.s.opts.ConfirmAfter, func() {
+	in.s.opts.AfterFunc(in.s.opts.ConfirmAfter, func() {
 		in.d.With(func(h *procwatch.Held) error {
 			if in.loads == gen && in.unconfirmed && proc != nil && h.Proc() == proc {
 				in.confirm()
@@ -564,7 +570,7 @@ func (in *instance) confirmAsync(h *procwatch.Held) (wait func()) {
 		defer close(done)
 		in.writeLastGood(cfg)
 	}()
-	return func() { <-done }
+	return func() { lastGoodJoining(); <-done }
 }
 
 // restoreLastGoodFile puts the last good config back as the stored config
@@ -680,14 +686,18 @@ func (in *instance) confirm() {
 	in.writeLastGood(cfg)
 }
 
-// slowLastGood lets a test make the last good config's write slow.
-var slowLastGood = func() {}
+// Hooks that let a test hold the last good config's background write
+// until a reload joins it.
+var (
+	lastGoodWriting = func() {}
+	lastGoodJoining = func() {}
+)
 
 func (in *instance) writeLastGood(cfg []byte) {
 	if cfg == nil {
 		return
 	}
-	slowLastGood()
+	lastGoodWriting()
 	if err := fsutil.WriteFile(in.s.layout().LastGoodPath(in.lb), cfg, 0o600); err != nil {
 		in.log().Warn("recording the last good config", zap.Error(err))
 	}

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -263,11 +264,37 @@ func currentWorker(t *testing.T, sup *Supervisor) int {
 	return tbl.Workers[0]
 }
 
+// pendingTimers stands in for the clock of ConfirmAfter: nothing is
+// confirmed until pass says the time has come.
+type pendingTimers struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+func (p *pendingTimers) add(_ time.Duration, f func()) {
+	p.mu.Lock()
+	p.fns = append(p.fns, f)
+	p.mu.Unlock()
+}
+
+// pass runs every pending timer, as if their time had passed.
+func (p *pendingTimers) pass() {
+	p.mu.Lock()
+	fns := p.fns
+	p.fns = nil
+	p.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
 // TestSupervisorWorkerDeathAfterLoad: a config that kills HAProxy soon
 // after it was loaded is replaced by the last good one before the
 // restart; one that kept HAProxy up for ConfirmAfter is kept.
 func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 	sup, st, port := realSupervisor(t)
+	var confirm pendingTimers
+	sup.opts.AfterFunc = confirm.add
 	ctx := context.Background()
 	startGen1(t, sup, st, port)
 
@@ -295,16 +322,9 @@ func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAnswer(t, port, "gen3")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		good, _ := os.ReadFile(st.Layout.LastGoodPath("lb1"))
-		if strings.Contains(string(good), "gen3") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gen3 never became the last good config")
-		}
-		time.Sleep(50 * time.Millisecond)
+	confirm.pass()
+	if good, _ := os.ReadFile(st.Layout.LastGoodPath("lb1")); !strings.Contains(string(good), "gen3") {
+		t.Fatalf("last good config once gen3 stayed up for ConfirmAfter: %s", good)
 	}
 	syscall.Kill(currentWorker(t, sup), syscall.SIGKILL)
 	waitAnswer(t, port, "gen3")
@@ -350,18 +370,20 @@ func TestRestoreNeverAdoptsAForeignProcess(t *testing.T) {
 func TestSupervisorFailedReloadWaitsForTheLastGoodWrite(t *testing.T) {
 	sup, st, port := realSupervisor(t)
 	sup.opts.ConfirmAfter = time.Hour
-	// The write ends only once the master has reported the failure: a
-	// rollback that did not wait for it would find no last good config.
-	slowLastGood = func() {
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			if p, err := stats.ShowProc(context.Background(), st.Layout.MasterSocketPath("lb1")); err == nil && p.FailedReloads > 0 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+	// The write is held until the reload joins it, which happens once the
+	// master has reported the failure: a rollback that did not join first
+	// would find no last good config. The deadline only ends a write that
+	// no reload joins.
+	joined := make(chan struct{})
+	var once sync.Once
+	lastGoodJoining = func() { once.Do(func() { close(joined) }) }
+	lastGoodWriting = func() {
+		select {
+		case <-joined:
+		case <-time.After(10 * time.Second):
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	t.Cleanup(func() { slowLastGood = func() {} })
+	t.Cleanup(func() { lastGoodJoining, lastGoodWriting = func() {}, func() {} })
 	ctx := context.Background()
 	startGen1(t, sup, st, port)
 	// gen2 passes the check but cannot bind: its port is taken.
