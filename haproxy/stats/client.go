@@ -60,29 +60,16 @@ func Timeout(err error) bool {
 // or its deadline (DefaultTimeout when ctx has none) passes. cmd must be a
 // single line; HAProxy's own `;` separator is allowed.
 func Command(ctx context.Context, socketPath, cmd string) ([]byte, error) {
-	return commandInto(ctx, socketPath, cmd, new(bytes.Buffer), false)
+	return command(ctx, socketPath, cmd, new(bytes.Buffer), false)
 }
 
-// CommandInto is Command reading the answer into buf (reset first), so
-// that a caller asking every few seconds reuses one buffer instead of
-// growing a new one each time. The answer is buf's bytes.
-func CommandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
-	return commandInto(ctx, socketPath, cmd, buf, false)
-}
-
-// commandInto is Command reading the answer into buf (reset first); paced
+// command is Command reading the answer into buf (reset first); paced
 // reads it in rounds (see rawsock.Exchange).
-func commandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
+func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
 	buf.Reset()
-	if err := command(ctx, socketPath, cmd, buf, paced); err != nil {
-		return nil, &Error{Socket: socketPath, Command: cmd, Err: err}
-	}
-	return buf.Bytes(), nil
-}
-
-func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) error {
+	fail := func(err error) ([]byte, error) { return nil, &Error{Socket: socketPath, Command: cmd, Err: err} }
 	if strings.ContainsAny(cmd, "\r\n") {
-		return errors.New("command contains a line break")
+		return fail(errors.New("command contains a line break"))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -93,10 +80,10 @@ func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, pac
 	// waits for more input unless the client shuts its side down, which
 	// Exchange does.
 	if err := rawsock.Exchange(ctx, socketPath, []byte(cmd+"\n"), buf, MaxAnswer+1, paced); err != nil {
-		return err
+		return fail(err)
 	}
 	if buf.Len() > MaxAnswer {
-		return ErrTooLarge
+		return fail(ErrTooLarge)
 	}
-	return nil
+	return buf.Bytes(), nil
 }

@@ -37,7 +37,8 @@ func TestCommandOnePerConnection(t *testing.T) {
 		return "Unknown command\n", false
 	})
 	ctx := context.Background()
-	rows, err := stats.ShowStat(ctx, f.Path, stats.All, stats.All, stats.All)
+	var buf bytes.Buffer
+	rows, err := stats.ShowStat(ctx, f.Path, &buf, nil)
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("ShowStat: %d rows, %v", len(rows), err)
 	}
@@ -56,10 +57,7 @@ func TestCommandOnePerConnection(t *testing.T) {
 	if err != nil || string(raw) != "Unknown command\n" {
 		t.Fatalf("Command = %q, %v", raw, err)
 	}
-	if _, err := stats.ShowStat(ctx, f.Path, stats.All, stats.TypeBackends|stats.TypeServers, stats.All); !errors.Is(err, stats.ErrNotCSV) {
-		t.Errorf("an error answer to show stat: %v, want ErrNotCSV", err)
-	}
-	want := []string{"show stat -1 -1 -1\n", "show info\n", "show servers state\n", "show nothing\n", "show stat -1 6 -1\n"}
+	want := []string{"show stat -1 -1 -1\n", "show info\n", "show servers state\n", "show nothing\n"}
 	if got := f.Commands(); len(got) != len(want) {
 		t.Fatalf("commands %q, want %q", got, want)
 	} else {
@@ -72,16 +70,16 @@ func TestCommandOnePerConnection(t *testing.T) {
 	if _, err := stats.Command(ctx, f.Path, "show stat\nshutdown sessions"); err == nil {
 		t.Error("a command with a line break was sent")
 	}
-	var buf bytes.Buffer
-	if rows, err := stats.ShowStatAppend(ctx, f.Path, stats.All, stats.All, stats.All, &buf, nil); err != nil || len(rows) != 10 {
-		t.Errorf("paced show stat: %d rows, %v", len(rows), err)
-	}
 }
 
-func TestServersStateRejectsErrors(t *testing.T) {
+func TestErrorAnswersRejected(t *testing.T) {
 	f := haproxytest.ServeFake(t, fakePath(t), func(string) (string, bool) { return "Permission denied\n", false })
 	if _, err := stats.ShowServersState(context.Background(), f.Path); err == nil {
 		t.Fatal("an error answer was returned as servers state")
+	}
+	var buf bytes.Buffer
+	if _, err := stats.ShowStat(context.Background(), f.Path, &buf, nil); !errors.Is(err, stats.ErrNotCSV) {
+		t.Errorf("an error answer to show stat: %v, want ErrNotCSV", err)
 	}
 	if _, err := stats.ShowInfo(context.Background(), filepath.Join(filepath.Dir(f.Path), "none.sock")); err == nil {
 		t.Fatal("a missing socket answered")
@@ -96,7 +94,7 @@ func TestCommandTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { _, err := stats.ShowStat(ctx, f.Path, stats.All, stats.All, stats.All); done <- err }()
+	go func() { _, err := stats.ShowStat(ctx, f.Path, new(bytes.Buffer), nil); done <- err }()
 	select {
 	case err := <-done:
 		if err == nil || !stats.Timeout(err) {
