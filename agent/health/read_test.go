@@ -1,11 +1,9 @@
 package health
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,31 +27,12 @@ import (
 // socket, with what answer returns; hang keeps connections open unanswered.
 func statsServer(t *testing.T, path string, answer func() string, hang bool) {
 	t.Helper()
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release); ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
-					return
-				}
-				if hang {
-					<-release
-					return
-				}
-				conn.Write([]byte(answer()))
-			}()
+	haproxytest.ServeFake(t, path, func(string) (string, bool) {
+		if hang {
+			return "", true
 		}
-	}()
+		return answer(), false
+	})
 }
 
 // makeLB lays out an LB as upstream does: <base>/<lb>/haproxy.cfg and,

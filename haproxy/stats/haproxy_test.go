@@ -43,7 +43,8 @@ backend pool-1:listener-1
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	rows, err := stats.ShowStat(ctx, sock, stats.All, stats.All, stats.All)
+	var buf bytes.Buffer
+	rows, err := stats.ShowStat(ctx, sock, &buf, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ backend pool-1:listener-1
 		}
 	}
 
-	back, err := stats.ShowStat(ctx, sock, stats.All, stats.TypeBackends|stats.TypeServers, stats.All)
+	back, err := showStat(ctx, sock, "show stat -1 6 -1") // backends and servers
 	if err != nil || len(back) != 3 {
 		t.Fatalf("show stat -1 6 -1: %d rows, %v", len(back), err)
 	}
@@ -92,7 +93,7 @@ backend pool-1:listener-1
 
 // A long answer (10 backends × 250 servers, about 750 KB: HAProxy writes
 // it in many pieces, as fast as the reader takes them) arrives whole
-// through the heartbeat's paced read, the same rows as the blocking read.
+// through the heartbeat's paced read, the same rows as a blocking Command.
 func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 	dir := haproxytest.ShortDir(t)
 	sock := filepath.Join(dir, "lb.sock")
@@ -116,14 +117,14 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 		}
 		return b.String()
 	}
-	want, err := stats.ShowStat(ctx, sock, stats.All, stats.All, stats.All)
+	want, err := showStat(ctx, sock, "show stat -1 -1 -1")
 	if err != nil || len(want) != 10*252 {
 		t.Fatalf("blocking read: %d rows, %v", len(want), err)
 	}
 	var buf bytes.Buffer
 	var rows []stats.Row
 	for range 3 { // the buffers reused, as the heartbeat does
-		rows, err = stats.ShowStatAppend(ctx, sock, stats.All, stats.All, stats.All, &buf, rows)
+		rows, err = stats.ShowStat(ctx, sock, &buf, rows)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,4 +135,14 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 			t.Fatalf("paced read: %d rows, blocking read %d; they differ", len(rows), len(want))
 		}
 	}
+}
+
+// showStat sends cmd (a `show stat`) with a blocking Command and parses
+// the answer.
+func showStat(ctx context.Context, sock, cmd string) ([]stats.Row, error) {
+	out, err := stats.Command(ctx, sock, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return stats.ParseStat(out)
 }

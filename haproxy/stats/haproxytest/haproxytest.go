@@ -2,7 +2,8 @@
 // started in the foreground in its own process group, reloaded with SIGUSR2
 // like the agent's supervisor does, watched through its master CLI, and
 // killed in t.Cleanup. It needs no root unless the caller runs it inside a
-// network namespace (Options.Prefix).
+// network namespace (Options.Prefix). FakeSocket stands in for a stats
+// socket where a test needs no real HAProxy.
 package haproxytest
 
 import (

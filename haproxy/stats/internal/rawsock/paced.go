@@ -1,4 +1,4 @@
-package stats
+package rawsock
 
 import (
 	"context"
@@ -12,31 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The heartbeat's `show stat` (a paced command) runs on a non-blocking
-// socket through raw system calls, and waits between looks in a raw
-// nanosleep of at most 3 ms (see wait).
-//
-// Why: a system call made the ordinary way (syscall.Syscall, file and
-// network I/O) enters the scheduler's syscall state, which wakes Go's
-// sysmon thread from its deep sleep; a call that blocks keeps its P in
-// that state, and sysmon then polls every 20 µs until it returns. On this
-// kind of VM each of those wake-ups is a context switch that costs more
-// than reading a piece of the answer, and the heartbeat reads 1 MB every
-// second. A raw call bypasses the scheduler, which is only legitimate for
-// calls that cannot block: on a non-blocking UNIX socket, socket, connect
-// (EAGAIN when the listen queue is full), send, shutdown, recv and close
-// all return at once. The one exception, the sleep between looks, is
-// bounded and explained at wait.
-//
-// Pacing: HAProxy writes a long answer in pieces of its buffer size as
-// fast as the reader takes them. The reader looks first after firstPoll,
-// then every pace takes whatever has gathered (up to a socket buffer,
-// about 200 KB), so a 1 MB answer costs a handful of wake-ups instead of
-// one per 16 KB piece. HAProxy writes `show stat` at about 60 KB/ms on
-// the bench VM: a 3 ms pace about fills the buffer each round; a faster
-// HAProxy only waits a little for room. The master CLI's answers and
-// `show servers state` during a reload are not paced: they are read as
-// they come (dial).
+// A paced exchange runs on a non-blocking socket through raw system calls,
+// which do not wake Go's sysmon thread; that is sound only because none of
+// them can block. It looks for the answer after firstPoll, then every pace,
+// taking what gathered in the socket buffer, so a long answer costs a few
+// wake-ups instead of one per HAProxy buffer (README, Benchmarks).
 const (
 	firstPoll = time.Millisecond
 	pace      = 3 * time.Millisecond
@@ -138,26 +118,10 @@ func (s *sock) readPaced(p []byte) (int, error) {
 
 // wait sleeps for d, or less to stop at the deadline: errTimeout when the
 // deadline has passed, errAborted when the command's context has ended
-// (looked at between sleeps, so at most d late).
-//
-// The sleep is a raw nanosleep, not a Go timer: the goroutine keeps its P
-// for up to d (pace or firstPoll), which no other goroutine can use
-// meanwhile (the other Ps can, and HAProxy has the CPU). A timer would
-// free the P but cost three thread wake-ups per round: the thread parked
-// in the network poller, a second one started to look for work, and
-// sysmon, which sleeps only until the next timer; the running agent
-// spends more CPU in those than in reading the answer. A signal (Go's
-// preemption, the profiler) ends the nanosleep early; it goes on with
-// what is left.
-//
-// After each sleep the goroutine yields its P (Gosched): goroutines that
-// became runnable meanwhile (an API request, on GOMAXPROCS=1) run between
-// rounds instead of after the whole answer, and the P is seen to switch
-// goroutines. Without that, sysmon takes a read of 10 ms or more for a
-// goroutine that never yields: it sends preemption signals, which cannot
-// land in a raw system call and are sent again, and when its check finds
-// the goroutine in an ordinary system call it hands the P to another
-// thread and polls every 20 µs for the next millisecond.
+// (looked at between sleeps, so at most d late). The sleep is a raw
+// nanosleep that keeps the P, cheaper than a timer's thread wake-ups; the
+// Gosched after it lets goroutines waiting for the P run between rounds
+// and spares the reader sysmon's preemption.
 func (s *sock) wait(d time.Duration) error {
 	select {
 	case <-s.done:

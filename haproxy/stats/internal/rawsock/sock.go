@@ -1,4 +1,4 @@
-package stats
+package rawsock
 
 import (
 	"context"
@@ -12,17 +12,11 @@ import (
 )
 
 // sock is one UNIX stream connection to a HAProxy socket, blocking (see
-// dial) or non-blocking for the heartbeat's paced reads (see dialPaced).
-//
-// Why not net.Conn: HAProxy writes a long answer (`show stat` of 2,500
-// members is about 1 MB) in pieces of its buffer size (16 KB) as fast as
-// the reader takes them, and a reader parked in Go's network poller wakes
-// for every piece, each wake-up a round of thread hand-offs that costs
-// more CPU than reading the piece. A blocking sock's first read blocks in
-// the kernel until the answer starts, then takes the rest as it comes.
-// Time-outs stay exact: SO_SNDTIMEO and SO_RCVTIMEO carry what is left
-// until the deadline, and cancellation shuts the socket down, which ends
-// a recv under way.
+// dial) or non-blocking for paced reads (see dialPaced). It is not a
+// net.Conn because a reader parked in Go's poller wakes for every piece of
+// a long answer, which costs more CPU than reading it; a blocking recv
+// keeps exact time-outs through SO_SNDTIMEO and SO_RCVTIMEO, and
+// cancellation shuts the socket down.
 type sock struct {
 	fd       int
 	deadline time.Time

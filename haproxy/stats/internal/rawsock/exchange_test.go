@@ -1,4 +1,4 @@
-package stats
+package rawsock_test
 
 import (
 	"bytes"
@@ -7,21 +7,90 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/internal/rawsock"
 )
+
+// exchange sends cmd and a newline to path, with a deadline of 5 s when
+// ctx has none, and returns the answer.
+func exchange(ctx context.Context, path, cmd string, paced bool) (string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	var buf bytes.Buffer
+	err := rawsock.Exchange(ctx, path, []byte(cmd+"\n"), &buf, 64<<20, paced)
+	return buf.String(), err
+}
+
+// timedOut reports a deadline reached, by the context or by the socket.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// An answer written in HAProxy-sized pieces arrives whole; one that keeps
+// trickling past the deadline ends with a time-out at the deadline, not
+// when the sender stops (the blocking read keeps the deadline).
+func TestExchangeReadsPiecesUntilClose(t *testing.T) {
+	piece := []byte(strings.Repeat("x", 16<<10))
+	f := haproxytest.ServeFakeConn(t, fakePath(t), func(cmd string, conn net.Conn, release <-chan struct{}) {
+		pieces := 40
+		if cmd == "trickle" {
+			pieces = 1 << 30
+		}
+		for range pieces {
+			if _, err := conn.Write(piece); err != nil {
+				return
+			}
+			select {
+			case <-release:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	})
+	for _, paced := range []bool{false, true} {
+		out, err := exchange(context.Background(), f.Path, "show stat", paced)
+		if err != nil || len(out) != 40*len(piece) {
+			t.Fatalf("paced %v: %d bytes, %v; want %d", paced, len(out), err, 40*len(piece))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		_, err = exchange(ctx, f.Path, "trickle", paced)
+		cancel()
+		if took := time.Since(start); !timedOut(err) || took > 2*time.Second {
+			t.Fatalf("paced %v: trickling answer: %v after %v, want a time-out at 300 ms", paced, err, took)
+		}
+	}
+}
+
+// The limit caps what is read.
+func TestExchangeReadsAtMostLimit(t *testing.T) {
+	f := haproxytest.ServeFake(t, fakePath(t), func(string) (string, bool) { return strings.Repeat("x", 1000), false })
+	for _, paced := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var buf bytes.Buffer
+		err := rawsock.Exchange(ctx, f.Path, []byte("show stat\n"), &buf, 100, paced)
+		cancel()
+		if err != nil || buf.Len() != 100 {
+			t.Errorf("paced %v: %d bytes, %v; want the first 100", paced, buf.Len(), err)
+		}
+	}
+}
 
 // The paced (non-blocking) exchange keeps the blocking one's guarantees:
 // the deadline and cancellation end a wait for an answer that does not
 // come, a close without an answer is an empty answer, a refused or
 // impossible connection is an error and no time-out.
-func TestPacedCommand(t *testing.T) {
-	f := newFakeSocket(t, func(cmd string) (string, bool) {
+func TestPacedExchange(t *testing.T) {
+	f := haproxytest.ServeFake(t, fakePath(t), func(cmd string) (string, bool) {
 		switch cmd {
 		case "hang":
 			return "", true
@@ -30,17 +99,16 @@ func TestPacedCommand(t *testing.T) {
 		}
 		return "# pxname,svname,status\nfe,FRONTEND,OPEN\n", false
 	})
-	var buf bytes.Buffer
 	run := func(ctx context.Context, cmd string) (string, error, time.Duration) {
 		start := time.Now()
-		out, err := commandInto(ctx, f.path, cmd, &buf, true)
-		return string(out), err, time.Since(start)
+		out, err := exchange(ctx, f.Path, cmd, true)
+		return out, err, time.Since(start)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	out, err, took := run(ctx, "hang")
 	cancel()
-	if !Timeout(err) || out != "" {
+	if !timedOut(err) || out != "" {
 		t.Errorf("no answer: %q, %v; want a time-out", out, err)
 	}
 	if took < 200*time.Millisecond || took > 2*time.Second {
@@ -57,16 +125,15 @@ func TestPacedCommand(t *testing.T) {
 	if out, err, _ = run(context.Background(), "nothing"); err != nil || out != "" {
 		t.Errorf("closed without answering: %q, %v; want an empty answer", out, err)
 	}
-	rows, err := ShowStatAppend(context.Background(), f.path, All, All, All, &buf, nil)
-	if err != nil || len(rows) != 1 || rows[0].SvName() != Frontend {
-		t.Errorf("show stat: %d rows, %v", len(rows), err)
+	if out, err, _ = run(context.Background(), "show stat"); err != nil || out != "# pxname,svname,status\nfe,FRONTEND,OPEN\n" {
+		t.Errorf("show stat: %q, %v", out, err)
 	}
 
-	dir := filepath.Dir(f.path)
+	dir := filepath.Dir(f.Path)
 	for _, path := range []string{filepath.Join(dir, "missing.sock"), "", "/" + strings.Repeat("x", 200)} {
-		_, err := commandInto(context.Background(), path, "show stat", &buf, true)
+		_, err := exchange(context.Background(), path, "show stat", true)
 		var se *os.SyscallError
-		if !errors.As(err, &se) || se.Syscall != "connect" || Timeout(err) {
+		if !errors.As(err, &se) || se.Syscall != "connect" || timedOut(err) {
 			t.Errorf("socket %q: %v, want a connect error", path, err)
 		}
 	}
@@ -103,12 +170,11 @@ func TestPacedConnectWaitsForFullBacklog(t *testing.T) {
 	}
 	t.Cleanup(func() { first.Close() })
 	// The queue is full now: a paced dial must wait for room.
-	var buf bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	start := time.Now()
-	_, err = commandInto(ctx, path, "show stat", &buf, true)
+	_, err = exchange(ctx, path, "show stat", true)
 	cancel()
-	if took := time.Since(start); !Timeout(err) || took < 200*time.Millisecond {
+	if took := time.Since(start); !timedOut(err) || took < 200*time.Millisecond {
 		t.Fatalf("full listen queue until the deadline: %v after %v, want a time-out at 200 ms", err, took)
 	}
 
@@ -137,8 +203,8 @@ func TestPacedConnectWaitsForFullBacklog(t *testing.T) {
 		_, err = c.Write([]byte("answer\n"))
 		served <- err
 	})
-	out, err := commandInto(context.Background(), path, "show stat", &buf, true)
-	if err != nil || string(out) != "answer\n" {
+	out, err := exchange(context.Background(), path, "show stat", true)
+	if err != nil || out != "answer\n" {
 		t.Fatalf("after room was made: %q, %v", out, err)
 	}
 	if err := <-served; err != nil {
@@ -146,38 +212,5 @@ func TestPacedConnectWaitsForFullBacklog(t *testing.T) {
 	}
 }
 
-// Each wait of a paced read hands the P over to goroutines waiting for
-// it: on one P, a long answer must not hold the rest of the agent up
-// until sysmon preempts the reader (10 ms and more).
-func TestPacedWaitYields(t *testing.T) {
-	prev := runtime.GOMAXPROCS(1)
-	defer runtime.GOMAXPROCS(prev)
-	var runs atomic.Int64
-	var stop atomic.Bool
-	defer stop.Store(true)
-	started := make(chan struct{})
-	go func() {
-		close(started)
-		for !stop.Load() {
-			runs.Add(1)
-			runtime.Gosched()
-		}
-	}()
-	<-started
-	s := &sock{fd: -1, deadline: time.Now().Add(time.Minute), nonblock: true, done: make(chan struct{})}
-	const waits = 20
-	before := runs.Load()
-	for range waits {
-		if err := s.wait(time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The other goroutine runs at about each yield; without yielding, only
-	// at sysmon's preemptions (10 ms apart: about 2 in these 20 ms). Half
-	// the waits tells the two apart and leaves room for the runtime's own
-	// goroutines (GC workers, timers, -race), which take some turns on a
-	// loaded machine (18 of 20 was seen).
-	if got := runs.Load() - before; got < waits/2 {
-		t.Errorf("another runnable goroutine ran %d times during %d waits, want at least %d", got, waits, waits/2)
-	}
-}
+// fakePath is where a test's fake stats socket listens.
+func fakePath(t *testing.T) string { return filepath.Join(haproxytest.ShortDir(t), "s.sock") }
