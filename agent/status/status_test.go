@@ -192,6 +192,7 @@ func TestStatusGolden(t *testing.T) {
 			} else {
 				NotLive(&r, tc.fetchErr)
 			}
+			Assess(&r)
 			txt, js := render(t, r)
 			golden(t, "status-"+tc.name+".txt", strings.ReplaceAll(txt, dir, "/T"))
 			golden(t, "status-"+tc.name+".json", strings.ReplaceAll(js, dir, "/T"))

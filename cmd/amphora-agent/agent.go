@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +29,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/agent/memtrim"
 	"github.com/amphora-agent/amphora-agent/certs"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/cmdline"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 )
@@ -58,22 +58,16 @@ const (
 )
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("amphora-agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmdline.New("amphora-agent", usageText(), version, stdout, stderr)
 	var files configFiles
 	fs.Var(&files, "config-file", "configuration file (repeatable; later files override earlier ones)")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() { usage(stderr); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, "amphora-agent", version)
-		return 0
+	if code, exit := fs.Parse(args); exit {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "amphora-agent: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		fs.Usage(stderr)
+		return cmdline.ExitUsage
 	}
 	files, cfg, warnings, err := loadConfig(files)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/procgroup"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/cmdline"
 )
 
 // The config drive is how Nova hands an instance the files the controller
@@ -62,12 +62,11 @@ type driveMetadata struct {
 }
 
 func runConfigDrive(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("config-drive", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmdline.New("amphora-agent config-drive", "usage: amphora-agent config-drive [--device PATH] [--stamp PATH]", version, stdout, stderr)
 	device := fs.String("device", configDriveDevice, "the config drive")
 	stamp := fs.String("stamp", configDriveStamp, "file recording the instance already applied")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, exit := fs.Parse(args); exit {
+		return code
 	}
 	if _, err := os.Stat(*device); err != nil {
 		// Early in boot udev may not have named the disk yet: once its

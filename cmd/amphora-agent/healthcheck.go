@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/cmdline"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
 )
 
@@ -81,11 +82,13 @@ func parseHealthCheck(args []string) (healthCheckArgs, error) {
 // upstream's: 0 up (INIT ACK), 1 down (ABORT, or no probe possible),
 // 2 no answer in time, 3 another answer.
 func runHealthCheck(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprintln(stdout, healthCheckUsage)
-		return 0
+	// The protocol comes first, so only a flag before it is taken for one;
+	// "-t" after it is upstream's argument.
+	fs := cmdline.New("amphora-health-checker", healthCheckUsage, version, stdout, stderr)
+	if code, exit := fs.Parse(args); exit {
+		return code
 	}
-	a, err := parseHealthCheck(args)
+	a, err := parseHealthCheck(fs.Args())
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-health-checker: %v\n%s\n", err, healthCheckUsage)
 		return int(sctpcheck.Down)

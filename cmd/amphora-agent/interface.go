@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/cmdline"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
@@ -26,20 +26,18 @@ import (
 // tool: it applies (or removes) the interface files of
 // agent_server_network_dir inside the configured namespace. The agent
 // runs the same code at start-up. Exit status: 1 for a usage error, 2 when
-// an interface failed (upstream's codes).
+// an interface failed (upstream's codes), 2 for an unknown flag too (as
+// upstream's oslo.config parser).
 func runInterface(args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("amphora-agent interface", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+	fset := cmdline.New("amphora-agent interface",
+		"usage: amphora-agent interface [--config-file PATH]... up|down <interface|all>", version, stdout, stderr)
 	var files configFiles
 	fset.Var(&files, "config-file", "configuration file (repeatable)")
-	fset.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amphora-agent interface [--config-file PATH]... up|down <interface|all>")
-	}
-	if err := fset.Parse(args); err != nil {
-		return 1
+	if code, exit := fset.Parse(args); exit {
+		return code
 	}
 	if fset.NArg() != 2 || (fset.Arg(0) != "up" && fset.Arg(0) != "down") {
-		fset.Usage()
+		fset.Usage(stderr)
 		return 1
 	}
 	action, name := fset.Arg(0), fset.Arg(1)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -69,14 +70,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runAgent(args, stdout, stderr)
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: amphora-agent [--config-file PATH]... | --version | <subcommand> [args]\n")
+func usage(w io.Writer) { io.WriteString(w, usageText()) }
+
+// usageText is the agent's synopsis and the table of subcommands.
+func usageText() string {
+	var b strings.Builder
+	b.WriteString("usage: amphora-agent [--config-file PATH]... | --version | <subcommand> [args]\n")
 	names := make([]string, 0, len(subcommands))
 	for n := range subcommands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-20s %s\n", n, subcommands[n].summary)
+		fmt.Fprintf(&b, "  %-20s %s\n", n, subcommands[n].summary)
 	}
+	b.WriteString("\nEach subcommand answers --help and --version.\n")
+	return b.String()
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,37 +14,62 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/status"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/cmdline"
 )
 
-// The status command's exit codes beyond 1 (bad configuration, output
-// failed) and 2 (bad arguments), as LSB init scripts' status and
-// `systemctl status` use them: 0 means the agent answered.
+// statusUsage is `status --help`: the synopsis and the exit statuses a
+// script can rely on (README: Status and logs).
+const statusUsage = `usage: amphora-agent status [--config-file PATH]... [--json]
+
+Print what the agent, its daemons, the network and the heartbeats are
+doing. It only reads; it changes nothing.
+
+exit status (as systemctl status and LSB init scripts):
+  0  the agent runs, and every load balancer and keepalived it wants runs
+  1  degraded: the agent runs but a load balancer or keepalived it wants is
+     down (dead, or being respawned), the network namespace is missing, or
+     the agent holds its socket but does not answer
+  2  bad command line
+  3  the agent is not running
+  4  unknown: the agent could not be asked (not root), or the configuration
+     or the output failed`
+
+// Exit statuses of `status` beyond 0 and cmdline.ExitUsage.
 const (
+	exitDegraded        = 1
 	exitAgentNotRunning = 3
-	exitAgentUnknown    = 4
+	exitStatusUnknown   = 4
 )
+
+// healthExit is the exit status for each health state.
+var healthExit = map[string]int{
+	status.HealthOK:         0,
+	status.HealthDegraded:   exitDegraded,
+	status.HealthNotRunning: exitAgentNotRunning,
+	status.HealthUnknown:    exitStatusUnknown,
+}
 
 // runStatus prints what the agent, its daemons, the network and the
 // heartbeats are doing. It reads files, sockets and /proc, and asks the
 // running agent (on its root-only unix socket) for what only it knows; it
 // changes nothing.
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("amphora-agent status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmdline.New("amphora-agent status", statusUsage, version, stdout, stderr)
 	var files configFiles
 	fs.Var(&files, "config-file", "configuration file (repeatable), as given to the agent")
 	asJSON := fs.Bool("json", false, "print the status as a JSON document")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, exit := fs.Parse(args); exit {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "amphora-agent status: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		fs.Usage(stderr)
+		return cmdline.ExitUsage
 	}
 	files, cfg, _, err := loadConfig(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent status: %v\n", err)
-		return 1
+		return exitStatusUnknown
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -56,6 +80,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	} else {
 		status.NotLive(&r, err)
 	}
+	status.Assess(&r)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -65,15 +90,9 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent status: %v\n", err)
-		return 1
+		return exitStatusUnknown
 	}
-	switch r.Agent.State {
-	case status.AgentNotRunning:
-		return exitAgentNotRunning
-	case status.AgentUnknown:
-		return exitAgentUnknown
-	}
-	return 0
+	return healthExit[r.Health.State]
 }
 
 // serveStatus answers `amphora-agent status` on base_path/status.sock

@@ -102,6 +102,10 @@ loadbalancer_topology = %s
 `, vm.GatewayIP, hbPort, vmHeartbeat, vmKey, env.AmphoraID, topology)
 }
 
+// operatorSysctlFile is the operator's kernel tuning every VM-tier
+// amphora carries.
+const operatorSysctlFile = "/etc/sysctl.d/60-operator-tuning.conf"
+
 // startAmphora powers on an amphora VM with its package and its files
 // on the config drive; ready waits for its agent.
 func startAmphora(t *testing.T, name, topology string) *amphora {
@@ -122,6 +126,9 @@ func startAmphora(t *testing.T, name, topology string) *amphora {
 			"/etc/octavia/amphora-agent.conf":  []byte(vmConfig(env, hbPort, topology)),
 			"/etc/octavia/certs/server.pem":    server,
 			"/etc/octavia/certs/client_ca.pem": ca,
+			// An operator's own tuning, one key the agent leaves alone and
+			// one it requires otherwise (see the operator-sysctl test).
+			operatorSysctlFile: []byte("net.ipv4.tcp_keepalive_intvl = 17\nnet.core.somaxconn = 1024\n"),
 		},
 	})
 	env.Port = v.APIPort
@@ -574,6 +581,18 @@ func TestVMSingleAmphora(t *testing.T) {
 	if !ok {
 		t.FailNow()
 	}
+
+	// The operator's /etc/sysctl.d reaches the namespace, as upstream's
+	// amphora-netns unit loads it (issue 25, item 7): a key only the
+	// operator sets has the operator's value, and a key the agent requires
+	// has the agent's, which is applied after.
+	t.Run("operator-sysctl", func(t *testing.T) {
+		got := a.MustExec("ip netns exec amphora-haproxy sysctl -n net.ipv4.tcp_keepalive_intvl net.core.somaxconn")
+		if f := strings.Fields(got); len(f) != 2 || f[0] != "17" || f[1] != "65534" {
+			t.Fatalf("in the namespace, tcp_keepalive_intvl and somaxconn are %q; want 17 (%s) and 65534 (the agent's)\n%s",
+				got, operatorSysctlFile, a.MustExec("journalctl -u amphora-agent.service -o cat --no-pager | grep -i sysctl | tail"))
+		}
+	})
 
 	// Hot-plug and serve, in the test itself: the namespaces, the member
 	// server and the controller live as long as the VM.
