@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+LDFLAGS := -s -w -X github.com/amphora-agent/amphora-agent/cmd/amphora-agent/cli.Version=$(VERSION)
 BIN := bin/amphora-agent
 STATE ?= .state
 PORT ?= 9443

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,15 +29,10 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/agent/memtrim"
 	"github.com/amphora-agent/amphora-agent/certs"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/cli"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 )
-
-// configFiles collects repeated --config-file flags, like oslo.config.
-type configFiles []string
-
-func (c *configFiles) String() string     { return strings.Join(*c, ",") }
-func (c *configFiles) Set(v string) error { *c = append(*c, v); return nil }
 
 // Server limits: generous enough for large configs over a slow management
 // network, tight enough that a stuck client cannot pin the agent.
@@ -60,22 +54,22 @@ const (
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amphora-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var files configFiles
+	var files cli.ConfigFiles
 	fs.Var(&files, "config-file", "configuration file (repeatable; later files override earlier ones)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() { usage(stderr); fs.PrintDefaults() }
+	fs.Usage = func() { cli.Usage(stderr); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, "amphora-agent", version)
+		fmt.Fprintln(stdout, "amphora-agent", cli.Version)
 		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "amphora-agent: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	files, cfg, warnings, err := loadConfig(files)
+	files, cfg, warnings, err := cli.LoadConfig(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent: %v\n", err)
 		return 1
@@ -143,23 +137,6 @@ func setProcs(env string) int {
 		runtime.GOMAXPROCS(1)
 	}
 	return runtime.GOMAXPROCS(0)
-}
-
-// loadConfig reads and loads the --config-file list, the default file
-// when it is empty.
-func loadConfig(files configFiles) (configFiles, *config.Config, []string, error) {
-	if len(files) == 0 {
-		files = configFiles{defaultConfigFile}
-	}
-	sources, err := config.ReadFiles(files)
-	if err != nil {
-		return files, nil, nil, err
-	}
-	cfg, warnings, err := config.Load(sources)
-	if err != nil {
-		return files, nil, nil, fmt.Errorf("invalid configuration: %w", err)
-	}
-	return files, cfg, warnings, nil
 }
 
 // serve runs the agent until a signal or the API's end stops it; HAProxy
@@ -252,7 +229,7 @@ func (p *process) startBackground() {
 	// `amphora-agent status` asks on a root-only unix socket; a failure
 	// to offer it is logged and changes nothing else.
 	p.bg.start("status socket", func() error {
-		if err := serveStatus(ctx, p.a, p.heartbeat, p.a.Config(), log.Named("status")); err != nil {
+		if err := cli.ServeStatus(ctx, p.a, p.heartbeat, p.a.Config(), log.Named("status")); err != nil {
 			log.Warn("status socket not available", zap.Error(err))
 		}
 		return nil
@@ -304,7 +281,7 @@ func (p *process) startAPI(files []string) (srv *http.Server, serving chan struc
 		return nil, nil, nil, err
 	}
 	log.Info("amphora agent listening", zap.String("address", ln.Addr().String()),
-		zap.String("version", version), zap.String("amphora_id", cfg.AmphoraID),
+		zap.String("version", cli.Version), zap.String("amphora_id", cfg.AmphoraID),
 		zap.Strings("config_files", files))
 
 	// The gate completes mutual-TLS handshakes before net/http sees a

@@ -6,7 +6,7 @@
 #   build.sh BINARY VERSION OUTDIR
 #
 # BINARY is `make build`'s static binary; VERSION is what the Makefile
-# passes to -X main.version (`git describe --tags --always --dirty`), turned
+# passes to -X .../cli.Version (`git describe --tags --always --dirty`), turned
 # into a Debian version by debversion below. Prints the package's path,
 # OUTDIR/amphora-agent_<debian version>_amd64.deb.
 set -euo pipefail
@@ -68,7 +68,7 @@ trap 'rm -rf "$stage"' EXIT
 chmod 0755 "$stage"
 
 install -D -m 0755 "$bin" "$stage/usr/local/bin/amphora-agent"
-# The binary runs a tool when called by one of these names (main.go's aliases).
+# The binary runs a tool when called by one of these names (package cli's aliases).
 for name in amphora-interface haproxy-vrrp-check amphora-health-checker; do
 	ln -s amphora-agent "$stage/usr/local/bin/$name"
 done

@@ -28,7 +28,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
+	"github.com/amphora-agent/amphora-agent/keepalived/sctpcheck"
 )
 
 // Chunk types (RFC 9260 §3.2) beyond the probe's.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/topo"
+	"github.com/amphora-agent/amphora-agent/keepalived/sctpcheck"
 )
 
 // icmpUnreachSent is the namespace's count of ICMP destination

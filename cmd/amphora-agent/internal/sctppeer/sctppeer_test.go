@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
+	"github.com/amphora-agent/amphora-agent/keepalived/sctpcheck"
 )
 
 // exchange feeds the server's handler one packet from a client port and

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"net/netip"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/testkit"
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
+	"github.com/amphora-agent/amphora-agent/keepalived/sctpcheck"
 )
 
 func TestParseHealthCheck(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 func runInterface(args []string, stdout, stderr io.Writer) int {
 	fset := flag.NewFlagSet("amphora-agent interface", flag.ContinueOnError)
 	fset.SetOutput(stderr)
-	var files configFiles
+	var files ConfigFiles
 	fset.Var(&files, "config-file", "configuration file (repeatable)")
 	fset.Usage = func() {
 		fmt.Fprintln(stderr, "usage: amphora-agent interface [--config-file PATH]... up|down <interface|all>")
@@ -66,13 +66,13 @@ func runInterface(args []string, stdout, stderr io.Writer) int {
 // interfaceConfig loads the agent configuration; without --config-file the
 // default file is used when present, and the defaults otherwise (the image
 // tool works without one too).
-func interfaceConfig(files configFiles) (*config.Config, error) {
+func interfaceConfig(files ConfigFiles) (*config.Config, error) {
 	if len(files) == 0 {
-		if _, err := os.Stat(defaultConfigFile); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(DefaultConfigFile); errors.Is(err, fs.ErrNotExist) {
 			cfg, _, err := config.Load(nil)
 			return cfg, err
 		}
-		files = configFiles{defaultConfigFile}
+		files = ConfigFiles{DefaultConfigFile}
 	}
 	sources, err := config.ReadFiles(files)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func TestInterfaceSubcommand(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
-		if got := run(tc.args, &stdout, &stderr); got != tc.status {
+		if got, _ := Run(tc.args, &stdout, &stderr); got != tc.status {
 			t.Errorf("%v: exit %d, want %d\n%s", tc.args, got, tc.status, stderr.String())
 		}
 		if !strings.Contains(stderr.String(), tc.stderr) {
@@ -55,7 +55,7 @@ func TestInterfaceSubcommand(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	usage(&out)
+	Usage(&out)
 	if !strings.Contains(out.String(), "interface") {
 		t.Errorf("usage does not list the interface subcommand:\n%s", out.String())
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"io"
@@ -61,7 +61,7 @@ func TestArgsForAliases(t *testing.T) {
 		"amphora-health-checker":            {"health-checker", "a.sock"},
 		"/usr/bin/amphora-agent":            {"a.sock"},
 	} {
-		if got := argsFor([]string{argv0, "a.sock"}); !reflect.DeepEqual(got, want) {
+		if got := ArgsFor([]string{argv0, "a.sock"}); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %v, want %v", argv0, got, want)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -32,7 +32,7 @@ const (
 func runStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amphora-agent status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var files configFiles
+	var files ConfigFiles
 	fs.Var(&files, "config-file", "configuration file (repeatable), as given to the agent")
 	asJSON := fs.Bool("json", false, "print the status as a JSON document")
 	if err := fs.Parse(args); err != nil {
@@ -42,14 +42,14 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amphora-agent status: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	files, cfg, _, err := loadConfig(files)
+	files, cfg, _, err := LoadConfig(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent status: %v\n", err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r := status.Collect(ctx, cfg, files, version, status.System{})
+	r := status.Collect(ctx, cfg, files, Version, status.System{})
 	r.GeneratedAt = time.Now().UTC()
 	if live, err := status.Fetch(ctx, status.SocketPath(cfg)); err == nil {
 		status.Merge(&r, live)
@@ -76,13 +76,13 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// serveStatus answers `amphora-agent status` on base_path/status.sock
+// ServeStatus answers `amphora-agent status` on base_path/status.sock
 // until ctx ends.
-func serveStatus(ctx context.Context, a *agent.Agent, hb *health.Sender, cfg *config.Config, log *zap.Logger) error {
+func ServeStatus(ctx context.Context, a *agent.Agent, hb *health.Sender, cfg *config.Config, log *zap.Logger) error {
 	where := logDestination(cfg.UseSyslog)
 	live := func() status.Live {
 		l := a.Live()
-		l.Version, l.Log = version, where
+		l.Version, l.Log = Version, where
 		s := hb.State()
 		l.Heartbeat = status.Heartbeat{LastSendAt: s.LastSendAt, Destination: s.Destination,
 			LastResult: s.LastResult, Seq: s.Seq, Suppressed: s.Suppressed}

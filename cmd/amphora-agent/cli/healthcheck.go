@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/sctpcheck"
+	"github.com/amphora-agent/amphora-agent/keepalived/sctpcheck"
 )
 
 // healthCheckUsage is the command line Octavia's LVS template renders
