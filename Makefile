@@ -18,7 +18,7 @@ build:
 
 # bin/amphora-agent_<version>_amd64.deb for Debian bookworm; see README.md.
 deb: build
-	cmd/amphora-agent/deb/build.sh $(BIN) '$(VERSION)' bin
+	cmd/amphora-agent/packaging/deb/build.sh $(BIN) '$(VERSION)' bin
 
 bin/amphora-devenv: $(shell find cmd/amphora-devenv certs agent/fsutil -name '*.go')
 	$(GO) build -o $@ ./cmd/amphora-devenv
@@ -63,10 +63,10 @@ test-interop: build
 # The amphora base image (Debian bookworm; cached by its inputs, so a
 # second run prints the cached one). Prints its folder, size and build time.
 image:
-	@dir=$$(cmd/amphora-agent/image/build.sh) && echo "$$dir" && cat "$$dir/build-info.txt"
+	@dir=$$(cmd/amphora-agent/packaging/image/build.sh) && echo "$$dir" && cat "$$dir/build-info.txt"
 
 # Amphora VMs under QEMU (TCG here): the base image is built once and
-# cached by its inputs (cmd/amphora-agent/image/build.sh); the package
+# cached by its inputs (cmd/amphora-agent/packaging/image/build.sh); the package
 # under test is installed at boot. AMPHORA_VM_POWER_CYCLES (environment)
 # sets the power-loss test's count; 10 needs VM_TIMEOUT=60m.
 VM_TIMEOUT ?= 25m

@@ -64,10 +64,10 @@ func TestDebPackage(t *testing.T) {
 	t.Run("chroot", func(t *testing.T) { checkDebInChroot(t, deb, fields) })
 }
 
-// cmdDir is this package's folder, where deb/ and the unit live.
-func cmdDir() string {
+// packagingDir is the folder of the units, the scripts, deb/ and image/.
+func packagingDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(file)
+	return filepath.Join(filepath.Dir(file), "packaging")
 }
 
 // runFor runs a command with a time limit and returns its stdout; a
@@ -99,8 +99,8 @@ func tryFor(limit time.Duration, name string, args ...string) (stdout, stderr st
 // buildDeb runs the build script as `make deb` does, on the binary the
 // other system tests use, and returns the package and its control fields.
 func buildDeb(t *testing.T) (string, map[string]string) {
-	raw := strings.TrimSpace(runFor(t, 30*time.Second, "git", "-C", cmdDir(), "describe", "--tags", "--always", "--dirty"))
-	out := strings.TrimSpace(runFor(t, 2*time.Minute, filepath.Join(cmdDir(), "deb", "build.sh"), testenv.Binary(t), raw, t.TempDir()))
+	raw := strings.TrimSpace(runFor(t, 30*time.Second, "git", "-C", packagingDir(), "describe", "--tags", "--always", "--dirty"))
+	out := strings.TrimSpace(runFor(t, 2*time.Minute, filepath.Join(packagingDir(), "deb", "build.sh"), testenv.Binary(t), raw, t.TempDir()))
 	deb := out[strings.LastIndexByte(out, '\n')+1:]
 	fields := parseControl(runFor(t, 30*time.Second, "dpkg-deb", "-f", deb))
 
@@ -229,7 +229,7 @@ func checkDebContents(t *testing.T, deb string) {
 
 	root := t.TempDir()
 	runFor(t, 30*time.Second, "dpkg-deb", "-x", deb, root)
-	sameFile(t, filepath.Join(root, debUnitDir, debUnit), filepath.Join(cmdDir(), debUnit))
+	sameFile(t, filepath.Join(root, debUnitDir, debUnit), filepath.Join(packagingDir(), "systemd", debUnit))
 	// The example must be a config the agent accepts as it stands.
 	example := filepath.Join(root, "usr/share/doc/amphora-agent/examples/amphora-agent.conf")
 	src, err := config.ReadFiles([]string{example})
@@ -287,7 +287,7 @@ func checkDebInChroot(t *testing.T, deb string, fields map[string]string) {
 		t.Fatal(err)
 	}
 	confFile := filepath.Join(root, "etc/octavia/amphora-agent.conf")
-	if err := copyFile(filepath.Join(cmdDir(), "deb/amphora-agent.conf"), confFile); err != nil {
+	if err := copyFile(filepath.Join(packagingDir(), "deb/amphora-agent.conf"), confFile); err != nil {
 		t.Fatal(err)
 	}
 	clean := snapshot(t, root)
@@ -332,8 +332,8 @@ func checkInstalled(t *testing.T, root string, in func(time.Duration, ...string)
 		}
 	}
 	unit := filepath.Join(root, debUnitDir, debUnit)
-	sameFile(t, unit, filepath.Join(cmdDir(), debUnit))
-	sameFile(t, filepath.Join(root, debMasquerade), filepath.Join(cmdDir(), "lvs-masquerade.sh"))
+	sameFile(t, unit, filepath.Join(packagingDir(), "systemd", debUnit))
+	sameFile(t, filepath.Join(root, debMasquerade), filepath.Join(packagingDir(), "lvs-masquerade.sh"))
 	// Both names run the script under the image's /bin/sh; without
 	// arguments it only prints its usage (running it for real would
 	// change the host's firewall: the chroot shares its namespace).

@@ -20,7 +20,7 @@ import (
 // `interface down` removes one interface's rules and no other's.
 func TestMasqueradeScriptIdempotent(t *testing.T) {
 	n := newNetTopology(t)
-	script := filepath.Join(cmdDir(), "lvs-masquerade.sh")
+	script := filepath.Join(packagingDir(), "lvs-masquerade.sh")
 	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", n.amp.Name, script)
 	n.env.Start()
 
@@ -111,7 +111,7 @@ func (n *netTopology) masqueradeRules(t *testing.T) []string {
 // load balancer answers 503), while the VIP keeps only what its rules allow.
 func TestVIPRulesLetTCPMembersAnswer(t *testing.T) {
 	r := newNetRig(t)
-	script := filepath.Join(cmdDir(), "lvs-masquerade.sh")
+	script := filepath.Join(packagingDir(), "lvs-masquerade.sh")
 	r.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", r.amp.Name, script)
 	r.env.Start()
 	vipBody, memberBody := r.plugBodies(true)

@@ -18,7 +18,7 @@ import (
 func TestMasqueradeScriptTakesInterfaceNamesOnly(t *testing.T) {
 	// The test runs a copy: reading the script here lets go test's cache
 	// know the result depends on it.
-	text, err := os.ReadFile("lvs-masquerade.sh")
+	text, err := os.ReadFile("packaging/lvs-masquerade.sh")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 //go:build vm
 
 // The VM tier: amphora VMs booted under QEMU from the Debian image
-// (image/build.sh), with the agent's package installed and started by
+// (packaging/image/build.sh), with the agent's package installed and started by
 // systemd, driven from the host.
 //
 //	make test-vm   (or: go test -tags vm -p 1 -run VM ./cmd/amphora-agent/)

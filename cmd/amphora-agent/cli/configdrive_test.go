@@ -296,7 +296,7 @@ func TestConfigDriveMemoryBounded(t *testing.T) {
 // oneshot has no start timeout unless given one). The timeout leaves room
 // for udev's settle wait.
 func TestConfigDriveUnitHasStartTimeout(t *testing.T) {
-	data, err := os.ReadFile("../amphora-config-drive.service")
+	data, err := os.ReadFile("../packaging/systemd/amphora-config-drive.service")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package vm boots amphora VMs under QEMU for the VM test tier: the base
-// image from ../../image/build.sh, a qcow2 overlay per VM, the agent's
+// image from ../../packaging/image/build.sh, a qcow2 overlay per VM, the agent's
 // package on a disk labelled amphora-pkg, the controller's files on a
 // config drive (ISO 9660 labelled config-2, as Nova makes it), the
 // management NIC on QEMU user networking with the API port forwarded to
@@ -50,7 +50,7 @@ func BuildImage(t testing.TB) Image {
 	t.Helper()
 	imageOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "image", "build.sh")
+		script := filepath.Join(filepath.Dir(file), "..", "..", "packaging", "image", "build.sh")
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, script)

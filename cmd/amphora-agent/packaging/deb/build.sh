@@ -19,7 +19,8 @@ die() {
 [ $# -eq 3 ] || die "usage: build.sh BINARY VERSION OUTDIR"
 bin=$1 raw=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
-unit=$(dirname "$here")/amphora-agent.service
+packaging=$(dirname "$here")
+unit=$packaging/systemd/amphora-agent.service
 
 # debversion turns git describe output into a Debian version that sorts
 # like the history (HEAD's commit date, UTC, orders untagged builds):
@@ -50,7 +51,7 @@ debversion() {
 	echo "$v$dirty"
 }
 
-[ -f "$unit" ] || die "missing systemd unit $unit: the package installs it as /lib/systemd/system/amphora-agent.service; it lands with the unit's own change (issue 9), merge that first"
+[ -f "$unit" ] || die "missing systemd unit $unit (the package installs it as /lib/systemd/system/amphora-agent.service)"
 [ -f "$bin" ] || die "missing binary $bin (run make build)"
 # The package says amd64: an ELF file whose e_machine is 0x3e (x86-64).
 [ "$(od -An -tx1 -N4 "$bin" | tr -d ' \n')$(od -An -tx1 -j18 -N2 "$bin" | tr -d ' \n')" = 7f454c463e00 ] ||
@@ -75,7 +76,7 @@ done
 # The LVS masquerade script, under the name upstream's image and the
 # agent's lvs_masquerade_script default use, and the one Debian's
 # octavia-agent installs (and its interface files name, found on PATH).
-install -m 0755 "$(dirname "$unit")/lvs-masquerade.sh" "$stage/usr/local/bin/lvs-masquerade.sh"
+install -m 0755 "$packaging/lvs-masquerade.sh" "$stage/usr/local/bin/lvs-masquerade.sh"
 install -d -m 0755 "$stage/usr/bin"
 ln -s ../local/bin/lvs-masquerade.sh "$stage/usr/bin/octavia-agent-lvs-masquerade"
 install -D -m 0644 "$unit" "$stage/lib/systemd/system/amphora-agent.service"

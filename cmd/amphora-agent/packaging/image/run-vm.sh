@@ -5,11 +5,11 @@
 # 127.0.0.1:$PORT. Runs in the foreground; Ctrl-A X powers it off.
 #
 #   make deb && make run   # once, for .state/ (stop it with Ctrl-C)
-#   cmd/amphora-agent/image/run-vm.sh
-#   cmd/amphora-agent/image/vm-exec.py $VMDIR/qga.sock 'journalctl -u amphora-agent'
+#   cmd/amphora-agent/packaging/image/run-vm.sh
+#   cmd/amphora-agent/packaging/image/vm-exec.py $VMDIR/qga.sock 'journalctl -u amphora-agent'
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../../.." && pwd)
+top=$(cd "$here/../../../.." && pwd)
 state=${STATE:-$top/.state}
 port=${PORT:-19443}
 img=$("$here/build.sh")
