@@ -28,6 +28,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/agent/memtrim"
+	"github.com/amphora-agent/amphora-agent/agent/metrics"
 	"github.com/amphora-agent/amphora-agent/certs"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/cli"
 	"github.com/amphora-agent/amphora-agent/keepalived"
@@ -239,11 +240,11 @@ func (p *process) startBackground() {
 	p.live.heartbeatStarted(time.Now())
 	p.bg.start("heartbeat", func() error { return p.heartbeat.Run(ctx) })
 	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
-	metrics := newMetricsServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
-	metrics.extra = lvsSeries(keepalived.LVSLayout{Base: cfg.BasePath}, ipvs.Kernel{Namespace: cfg.Namespace}, log.Named("metrics"))
+	m := metrics.NewServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
+	m.Extra = metrics.LVSSeries(keepalived.LVSLayout{Base: cfg.BasePath}, ipvs.Kernel{Namespace: cfg.Namespace}, log.Named("metrics"))
 	// A burst of scrapes is handed back like a burst of API requests.
-	metrics.scraped = p.trim.Touch
-	p.bg.start("metrics", func() error { return metrics.Run(ctx) })
+	m.Scraped = p.trim.Touch
+	p.bg.start("metrics", func() error { return m.Run(ctx) })
 }
 
 // startAPI listens on the API address and serves the controller's

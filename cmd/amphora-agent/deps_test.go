@@ -18,9 +18,11 @@ import (
 // deny, a path outside the module (net/http) means that package.
 //
 // The HTTP rule's exceptions: agent/api serves the REST API,
-// cmd/amphora-agent wires the server, and cmd/amphora-agent/internal holds
-// the system-test harness (testenv calls the API, topo runs member HTTP
-// servers and clients), which only cmd/amphora-agent's tests can import.
+// agent/metrics the PROMETHEUS listeners' metrics endpoint (and its test
+// stand-in for HAProxy's exporter), cmd/amphora-agent wires the server,
+// and cmd/amphora-agent/tiers holds the tier tests and their harness
+// (testenv calls the API, topo runs member HTTP servers and clients),
+// which only the tier tests can import.
 var layerRules = []layerRule{
 	{
 		why:  "domain packages sit below the agent core",
@@ -66,7 +68,7 @@ var layerRules = []layerRule{
 	{
 		why:    "only the API and the binary speak HTTP",
 		from:   []string{"..."},
-		except: []string{"agent/api", "cmd/amphora-agent", "cmd/amphora-agent/internal/..."},
+		except: []string{"agent/api", "agent/metrics/...", "cmd/amphora-agent", "cmd/amphora-agent/tiers/..."},
 		deny:   []string{"net/http/..."},
 	},
 }
@@ -127,14 +129,14 @@ func TestLayerViolations(t *testing.T) {
 		{
 			name: "clean",
 			g: importGraph{
-				"agent":                           {"haproxy", "netns", "agent/fault", "sync"},
-				"agent/api":                       {"agent", "net/http", "net/http/httptest"},
-				"agent/fault":                     {"errors"},
-				"haproxy":                         {"netns", "agent/fault", "agent/procwatch"},
-				"haproxy/stats":                   {"haproxy/stats", "net"}, // an external test imports its own package
-				"netns":                           {"agent/fault"},
-				"cmd/amphora-agent":               {"agent", "agent/api", "net/http"},
-				"cmd/amphora-agent/internal/topo": {"net/http"},
+				"agent":                                 {"haproxy", "netns", "agent/fault", "sync"},
+				"agent/api":                             {"agent", "net/http", "net/http/httptest"},
+				"agent/fault":                           {"errors"},
+				"haproxy":                               {"netns", "agent/fault", "agent/procwatch"},
+				"haproxy/stats":                         {"haproxy/stats", "net"}, // an external test imports its own package
+				"netns":                                 {"agent/fault"},
+				"cmd/amphora-agent":                     {"agent", "agent/api", "net/http"},
+				"cmd/amphora-agent/tiers/internal/topo": {"net/http"},
 			},
 		},
 		{
@@ -190,11 +192,11 @@ func TestLayerViolations(t *testing.T) {
 		{
 			name: "HTTP outside the API",
 			g: importGraph{
-				"agent/api":                          {"net/http"},
-				"agent/health":                       {"net/http/httptest"},
-				"netns":                              {"net/http"},
-				"cmd/amphora-agent/internal/testenv": {"net/http"},
-				"cmd/amphora-devenv":                 {"net/http"},
+				"agent/api":    {"net/http"},
+				"agent/health": {"net/http/httptest"},
+				"netns":        {"net/http"},
+				"cmd/amphora-agent/tiers/internal/testenv": {"net/http"},
+				"cmd/amphora-devenv":                       {"net/http"},
 			},
 			want: []string{
 				"agent/health imports net/http/httptest: only the API and the binary speak HTTP",
