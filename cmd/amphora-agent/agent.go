@@ -29,6 +29,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/agent/memtrim"
 	"github.com/amphora-agent/amphora-agent/agent/metrics"
+	"github.com/amphora-agent/amphora-agent/agent/sdnotify"
 	"github.com/amphora-agent/amphora-agent/certs"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/cli"
 	"github.com/amphora-agent/amphora-agent/keepalived"
@@ -177,8 +178,8 @@ type process struct {
 	cfg       *config.Config // as loaded at start-up
 	a         *agent.Agent
 	bg        *background
-	sd        *serviceManager
-	live      *liveness
+	sd        *sdnotify.Manager
+	live      *sdnotify.Liveness
 	heartbeat *health.Sender
 	trim      *memtrim.Trimmer
 }
@@ -209,11 +210,11 @@ func newHeartbeat(a *agent.Agent, log *zap.Logger) *health.Sender {
 // is sent.
 func (p *process) startWatchdog() {
 	a, log := p.a, p.log
-	p.sd = newServiceManager(sdNotify{}, log.Named("systemd"))
-	p.live = &liveness{now: time.Now, interval: func() time.Duration { return a.Config().HeartbeatInterval },
-		lastCycle: p.heartbeat.LastCycle}
-	if timeout := watchdogTimeout(log); timeout > 0 {
-		p.bg.start("watchdog", func() error { p.sd.Watchdog(p.ctx, timeout, p.live.check); return nil })
+	p.sd = sdnotify.NewManager(sdnotify.Systemd{}, log.Named("systemd"))
+	p.live = sdnotify.NewLiveness(time.Now, func() time.Duration { return a.Config().HeartbeatInterval },
+		p.heartbeat.LastCycle)
+	if timeout := sdnotify.WatchdogTimeout(log); timeout > 0 {
+		p.bg.start("watchdog", func() error { p.sd.Watchdog(p.ctx, timeout, p.live.Check); return nil })
 	}
 }
 
@@ -237,7 +238,7 @@ func (p *process) startBackground() {
 	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
-	p.live.heartbeatStarted(time.Now())
+	p.live.HeartbeatStarted(time.Now())
 	p.bg.start("heartbeat", func() error { return p.heartbeat.Run(ctx) })
 	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
 	m := metrics.NewServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
@@ -299,7 +300,7 @@ func (p *process) startAPI(files []string) (srv *http.Server, serving chan struc
 	ended = make(chan error, 1)
 	go func() {
 		err := srv.Serve(front)
-		p.live.apiEnded.Store(true)
+		p.live.APIEnded()
 		ended <- err
 	}()
 	return srv, serving, ended, nil
@@ -323,7 +324,7 @@ func (p *process) awaitReady(restored <-chan error, serving <-chan struct{}) {
 		return
 	}
 	p.a.SetReady()
-	p.sd.Ready(readyStatus(p.a.Config().BasePath, restoreErr))
+	p.sd.Ready(sdnotify.ReadyStatus(p.a.Config().BasePath, restoreErr))
 }
 
 // waitForSignals reloads the configuration on SIGHUP and shuts the API

@@ -1,4 +1,4 @@
-package main
+package sdnotify
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func (r *recordingNotifier) take() string {
 
 func TestServiceManagerLifecycle(t *testing.T) {
 	rec := &recordingNotifier{}
-	m := newServiceManager(rec, zap.NewNop())
+	m := NewManager(rec, zap.NewNop())
 	m.Status("restoring load balancers")
 	m.Ready("ready: 1 of 1 load balancers running")
 	m.Stopping()
@@ -58,7 +58,7 @@ func TestServiceManagerLifecycle(t *testing.T) {
 // last status back and pings again.
 func TestWatchdogPingsOnlyWhileLive(t *testing.T) {
 	rec := &recordingNotifier{}
-	m := newServiceManager(rec, zap.NewNop())
+	m := NewManager(rec, zap.NewNop())
 	m.Ready("ready: 0 of 0 load balancers running")
 	rec.take()
 
@@ -102,7 +102,7 @@ func TestStatusIsOneCappedLine(t *testing.T) {
 func TestNotifyErrorLoggedOnce(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	rec := &recordingNotifier{err: errors.New("connection refused")}
-	m := newServiceManager(rec, zap.New(core))
+	m := NewManager(rec, zap.New(core))
 	for range 3 {
 		m.ping(func() error { return nil })
 	}
@@ -135,7 +135,7 @@ func TestLivenessCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := &liveness{
+			l := &Liveness{
 				now:      func() time.Time { return t0.Add(tt.now) },
 				interval: func() time.Duration { return interval },
 				lastCycle: func() time.Time {
@@ -147,11 +147,11 @@ func TestLivenessCheck(t *testing.T) {
 			}
 			l.apiEnded.Store(tt.apiEnded)
 			if tt.started >= 0 {
-				l.heartbeatStarted(t0.Add(tt.started))
+				l.HeartbeatStarted(t0.Add(tt.started))
 			}
-			err := l.check()
+			err := l.Check()
 			if (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Fatalf("check() = %v, want error containing %q", err, tt.wantErr)
+				t.Fatalf("Check() = %v, want error containing %q", err, tt.wantErr)
 			}
 		})
 	}
@@ -166,10 +166,10 @@ func TestReadyStatus(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(base, "lb1", "haproxy.cfg"), []byte("global\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := readyStatus(t.TempDir(), nil), "ready: 0 of 0 load balancers running"; got != want {
+	if got, want := ReadyStatus(t.TempDir(), nil), "ready: 0 of 0 load balancers running"; got != want {
 		t.Errorf("empty: %q, want %q", got, want)
 	}
-	got := readyStatus(base, errors.New("lb1: haproxy exited"))
+	got := ReadyStatus(base, errors.New("lb1: haproxy exited"))
 	if want := "ready: 0 of 1 load balancers running; restore failed: lb1: haproxy exited"; got != want {
 		t.Errorf("failed restore: %q, want %q", got, want)
 	}
@@ -179,7 +179,7 @@ func TestReadyStatus(t *testing.T) {
 // message with it.
 func TestSdNotifyClient(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
-	if err := (sdNotify{}).Notify("READY=1"); err != nil {
+	if err := (Systemd{}).Notify("READY=1"); err != nil {
 		t.Fatalf("without NOTIFY_SOCKET: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "notify")
@@ -190,7 +190,7 @@ func TestSdNotifyClient(t *testing.T) {
 	defer conn.Close()
 	t.Setenv("NOTIFY_SOCKET", path)
 	for _, msg := range []string{"STATUS=one", "READY=1\nSTATUS=two"} {
-		if err := (sdNotify{}).Notify(msg); err != nil {
+		if err := (Systemd{}).Notify(msg); err != nil {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 256)

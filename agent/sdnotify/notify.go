@@ -1,4 +1,7 @@
-package main
+// Package sdnotify tells systemd (Type=notify, sd_notify(3)) how the
+// agent's start-up and shutdown go and feeds its watchdog while the
+// agent's loops are live.
+package sdnotify
 
 import (
 	"context"
@@ -17,25 +20,25 @@ import (
 	"github.com/amphora-agent/amphora-agent/haproxy"
 )
 
-// notifier sends one message of systemd's notify protocol (sd_notify(3)):
+// Notifier sends one message of systemd's notify protocol (sd_notify(3)):
 // newline-separated VAR=value assignments.
-type notifier interface {
+type Notifier interface {
 	Notify(state string) error
 }
 
-// sdNotify is go-systemd's client. Without NOTIFY_SOCKET it sends nothing
+// Systemd is go-systemd's client. Without NOTIFY_SOCKET it sends nothing
 // and succeeds, so outside systemd the agent runs as before.
-type sdNotify struct{}
+type Systemd struct{}
 
-func (sdNotify) Notify(state string) error {
+func (Systemd) Notify(state string) error {
 	// false: keep NOTIFY_SOCKET in the environment, every message reads it.
 	_, err := daemon.SdNotify(false, state)
 	return err
 }
 
-// watchdogTimeout is WatchdogSec as systemd passed it to this process
+// WatchdogTimeout is WatchdogSec as systemd passed it to this process
 // (WATCHDOG_USEC, and WATCHDOG_PID naming us), zero when off.
-func watchdogTimeout(log *zap.Logger) time.Duration {
+func WatchdogTimeout(log *zap.Logger) time.Duration {
 	d, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
 		log.Warn("ignoring the systemd watchdog setting", zap.Error(err))
@@ -48,11 +51,11 @@ func watchdogTimeout(log *zap.Logger) time.Duration {
 // output, and systemctl status shows one line.
 const statusMax = 400
 
-// serviceManager tells systemd how start-up and shutdown go (Type=notify)
+// Manager tells systemd how start-up and shutdown go (Type=notify)
 // and feeds its watchdog while the agent is live. Safe for concurrent use;
 // each message is sent under mu, so nothing follows STOPPING=1.
-type serviceManager struct {
-	n   notifier
+type Manager struct {
+	n   Notifier
 	log *zap.Logger
 
 	mu       sync.Mutex
@@ -62,12 +65,12 @@ type serviceManager struct {
 	lastErr  string // the last notify error logged, so a broken socket logs once
 }
 
-func newServiceManager(n notifier, log *zap.Logger) *serviceManager {
-	return &serviceManager{n: n, log: log}
+func NewManager(n Notifier, log *zap.Logger) *Manager {
+	return &Manager{n: n, log: log}
 }
 
 // sendLocked delivers state; m.mu is held.
-func (m *serviceManager) sendLocked(state string) {
+func (m *Manager) sendLocked(state string) {
 	err := m.n.Notify(state)
 	switch {
 	case err == nil:
@@ -79,17 +82,17 @@ func (m *serviceManager) sendLocked(state string) {
 }
 
 // Status reports progress.
-func (m *serviceManager) Status(msg string) { m.report("", msg) }
+func (m *Manager) Status(msg string) { m.report("", msg) }
 
 // Ready ends start-up (READY=1) with a summary.
-func (m *serviceManager) Ready(msg string) {
+func (m *Manager) Ready(msg string) {
 	if m.report(daemon.SdNotifyReady+"\n", msg) {
 		m.log.Info("start-up complete", zap.String("status", oneLine(msg)))
 	}
 }
 
 // report sends prefix and msg as the status, unless the agent is stopping.
-func (m *serviceManager) report(prefix, msg string) bool {
+func (m *Manager) report(prefix, msg string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopping {
@@ -101,7 +104,7 @@ func (m *serviceManager) report(prefix, msg string) bool {
 }
 
 // Stopping says shutdown has begun; no status, ready or ping follows.
-func (m *serviceManager) Stopping() {
+func (m *Manager) Stopping() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stopping = true
@@ -111,7 +114,7 @@ func (m *serviceManager) Stopping() {
 // Watchdog pings systemd every half timeout, at once first (a restore
 // under a slow VM can outlast WatchdogSec; TimeoutStartSec bounds it
 // instead), until ctx ends.
-func (m *serviceManager) Watchdog(ctx context.Context, timeout time.Duration, live func() error) {
+func (m *Manager) Watchdog(ctx context.Context, timeout time.Duration, live func() error) {
 	t := tick.NewTicker(timeout / 2)
 	defer t.Stop()
 	for {
@@ -128,7 +131,7 @@ func (m *serviceManager) Watchdog(ctx context.Context, timeout time.Duration, li
 // ping sends WATCHDOG=1 if live passes. Otherwise it withholds it, so
 // systemd kills and restarts the agent after WatchdogSec (HAProxy and
 // keepalived survive that, KillMode=process), and says why, once.
-func (m *serviceManager) ping(live func() error) {
+func (m *Manager) ping(live func() error) {
 	err := live()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -171,11 +174,11 @@ func oneLine(msg string) string {
 // up to two.
 const heartbeatStall = time.Minute
 
-// liveness is what the watchdog checks before each ping: the API server
+// Liveness is what the watchdog checks before each ping: the API server
 // still serves and the heartbeat loop still finishes cycles. The restore
 // and the mutation lock are left out: they may rightly be busy for
 // minutes, and the controller sees that through the API.
-type liveness struct {
+type Liveness struct {
 	now       func() time.Time
 	interval  func() time.Duration // heartbeat_interval in force
 	lastCycle func() time.Time     // health.Sender.LastCycle
@@ -184,11 +187,22 @@ type liveness struct {
 	hbStarted atomic.Pointer[time.Time]
 }
 
-// heartbeatStarted records when the heartbeat loop was started: the
-// stall clock runs from then until its first cycle ends.
-func (l *liveness) heartbeatStarted(at time.Time) { l.hbStarted.Store(&at) }
+// NewLiveness checks the API server and the heartbeat loop: now is the
+// clock, interval the heartbeat_interval in force, lastCycle when the
+// heartbeat loop last finished a cycle.
+func NewLiveness(now func() time.Time, interval func() time.Duration, lastCycle func() time.Time) *Liveness {
+	return &Liveness{now: now, interval: interval, lastCycle: lastCycle}
+}
 
-func (l *liveness) check() error {
+// APIEnded records that the API server has stopped serving.
+func (l *Liveness) APIEnded() { l.apiEnded.Store(true) }
+
+// HeartbeatStarted records when the heartbeat loop was started: the
+// stall clock runs from then until its first cycle ends.
+func (l *Liveness) HeartbeatStarted(at time.Time) { l.hbStarted.Store(&at) }
+
+// Check says why the agent is not live, nil while it is.
+func (l *Liveness) Check() error {
 	if l.apiEnded.Load() {
 		return errors.New("the API server has stopped")
 	}
@@ -206,10 +220,10 @@ func (l *liveness) check() error {
 	return nil
 }
 
-// readyStatus is the STATUS sent with READY=1: how many stored load
+// ReadyStatus is the STATUS sent with READY=1: how many stored load
 // balancers run and what failed to come back. Errors do not hold READY
 // back: the controller must reach the API to repair or fail over.
-func readyStatus(base string, restoreErr error) string {
+func ReadyStatus(base string, restoreErr error) string {
 	layout := haproxy.Layout{Base: base}
 	lbs, err := layout.LoadBalancers()
 	running := 0
