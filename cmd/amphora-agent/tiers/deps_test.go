@@ -1,4 +1,4 @@
-package main
+package tiers_test
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ var layerRules = []layerRule{
 	{
 		why:  "domain packages sit below the agent core",
 		from: []string{"haproxy/...", "keepalived/...", "netns/...", "certs/..."},
-		deny: []string{"agent", "agent/api/...", "agent/config/...", "agent/health/..."},
+		deny: []string{"agent", "agent/api/...", "agent/config/...", "agent/health/...", "agent/metrics/...", "agent/sdnotify"},
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
@@ -64,6 +64,48 @@ var layerRules = []layerRule{
 		from:  []string{"agent/procwatch"},
 		deny:  []string{"..."},
 		allow: []string{"agent/fsutil", "agent/journalfwd", "agent/journalfwd/journalfwdtest", "agent/pidfile", "agent/tick"},
+	},
+	{
+		// The TLS gate retries accepts like the API once did; its tests
+		// make certificates with the dev PKI.
+		why:   "the TLS gate imports only the accept-retry helper",
+		from:  []string{"agent/gate"},
+		deny:  []string{"..."},
+		allow: []string{"agent/acceptretry", "agent/acceptretry/acceptretrytest", "certs/devpki"},
+	},
+	{
+		why:   "memory trim imports only the shared ticker",
+		from:  []string{"agent/memtrim"},
+		deny:  []string{"..."},
+		allow: []string{"agent/tick", "agent/testkit"},
+	},
+	{
+		// HAProxy's page is translated, and the tests' exporter stands in,
+		// without anything of the agent.
+		why:   "the metrics page's HAProxy translation and test exporter import nothing of the agent",
+		from:  []string{"agent/metrics/promex", "agent/metrics/metricstest"},
+		deny:  []string{"..."},
+		allow: []string{"haproxy/stats/haproxytest"},
+	},
+	{
+		why:    "only the binary wires the metrics endpoint",
+		from:   []string{"..."},
+		except: []string{"cmd/amphora-agent", "agent/metrics/...", "cmd/amphora-agent/tiers/..."},
+		deny:   []string{"agent/metrics/..."},
+	},
+	{
+		// The tier tests check the links the package ships against the
+		// tools' aliases.
+		why:    "only main runs the tools",
+		from:   []string{"..."},
+		except: []string{"cmd/amphora-agent", "cmd/amphora-agent/tiers/..."},
+		deny:   []string{"cmd/amphora-agent/cli/..."},
+	},
+	{
+		why:    "nothing imports the tier tests or their harness",
+		from:   []string{"..."},
+		except: []string{"cmd/amphora-agent/tiers/..."},
+		deny:   []string{"cmd/amphora-agent/tiers/..."},
 	},
 	{
 		why:    "only the API and the binary speak HTTP",
@@ -135,8 +177,48 @@ func TestLayerViolations(t *testing.T) {
 				"haproxy":                               {"netns", "agent/fault", "agent/procwatch"},
 				"haproxy/stats":                         {"haproxy/stats", "net"}, // an external test imports its own package
 				"netns":                                 {"agent/fault"},
-				"cmd/amphora-agent":                     {"agent", "agent/api", "net/http"},
+				"cmd/amphora-agent":                     {"agent", "agent/api", "agent/metrics", "cmd/amphora-agent/cli", "net/http"},
+				"cmd/amphora-agent/cli":                 {"agent", "netns"},
+				"agent/metrics":                         {"agent/metrics/promex", "keepalived", "net/http"},
+				"agent/metrics/promex":                  {"bufio"},
+				"cmd/amphora-agent/tiers":               {"cmd/amphora-agent/cli", "agent/metrics", "cmd/amphora-agent/tiers/internal/topo", "net/http"},
 				"cmd/amphora-agent/tiers/internal/topo": {"net/http"},
+			},
+		},
+		{
+			name: "the binary's packages imported from below",
+			g: importGraph{
+				"agent":                                 {"cmd/amphora-agent/cli"},
+				"netns":                                 {"cmd/amphora-agent/tiers/internal/topo"},
+				"keepalived":                            {"agent/metrics"},
+				"agent/health":                          {"agent/metrics/promex"},
+				"agent/metrics":                         {},
+				"agent/metrics/promex":                  {"agent/metrics"},
+				"cmd/amphora-agent/cli":                 {},
+				"cmd/amphora-agent/tiers/internal/topo": {},
+			},
+			want: []string{
+				"agent imports cmd/amphora-agent/cli: only main runs the tools",
+				"agent/health imports agent/metrics/promex: only the binary wires the metrics endpoint",
+				"agent/metrics/promex imports agent/metrics: the metrics page's HAProxy translation and test exporter import nothing of the agent",
+				"keepalived imports agent/metrics: domain packages sit below the agent core",
+				"keepalived imports agent/metrics: only the binary wires the metrics endpoint",
+				"netns imports cmd/amphora-agent/tiers/internal/topo: nothing imports the tier tests or their harness",
+			},
+		},
+		{
+			name: "gate and memtrim import more than their helpers",
+			g: importGraph{
+				"agent/gate":        {"agent/acceptretry", "agent/fault"},
+				"agent/acceptretry": {},
+				"agent/fault":       {},
+				"agent/memtrim":     {"agent/tick", "netns"},
+				"agent/tick":        {},
+				"netns":             {},
+			},
+			want: []string{
+				"agent/gate imports agent/fault: the TLS gate imports only the accept-retry helper",
+				"agent/memtrim imports netns: memory trim imports only the shared ticker",
 			},
 		},
 		{
