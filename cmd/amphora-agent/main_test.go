@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/cli"
 )
 
 // Every subcommand, the agent itself and every alias meet one contract
@@ -12,10 +14,10 @@ import (
 // flag exits 2 with the usage on stderr and nothing on stdout.
 func TestEveryCommandHelpAndVersion(t *testing.T) {
 	invocations := map[string][]string{"amphora-agent": {"/usr/local/bin/amphora-agent"}}
-	for name := range subcommands {
+	for _, name := range cli.Names() {
 		invocations[name] = []string{"/usr/local/bin/amphora-agent", name}
 	}
-	for alias := range aliases {
+	for _, alias := range cli.Aliases() {
 		invocations[alias+" (alias)"] = []string{"/usr/local/bin/" + alias}
 	}
 	for name, argv := range invocations {
@@ -28,11 +30,11 @@ func TestEveryCommandHelpAndVersion(t *testing.T) {
 			{"-h", 0, "usage: ", ""},
 			{"-help", 0, "usage: ", ""},
 			{"--help", 0, "usage: ", ""},
-			{"--version", 0, "amphora-agent " + version + "\n", ""},
+			{"--version", 0, "amphora-agent " + cli.Version + "\n", ""},
 			{"--no-such-flag", 2, "", "usage: "},
 		} {
 			var stdout, stderr bytes.Buffer
-			code := run(argsFor(append(append([]string(nil), argv...), tc.flag)), &stdout, &stderr)
+			code := run(cli.ArgsFor(append(append([]string(nil), argv...), tc.flag)), &stdout, &stderr)
 			okOut := strings.HasPrefix(stdout.String(), tc.stdout) && (tc.stdout != "" || stdout.Len() == 0)
 			okErr := strings.Contains(stderr.String(), tc.stderr) && (tc.stderr != "" || stderr.Len() == 0)
 			if code != tc.code || !okOut || !okErr {
