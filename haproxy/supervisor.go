@@ -64,6 +64,10 @@ type SupervisorOptions struct {
 	// AfterFunc runs f once d has passed (time.AfterFunc by default): the
 	// clock of ConfirmAfter, which a test fires itself instead of waiting.
 	AfterFunc func(d time.Duration, f func())
+	// After is the clock of the restart backoff and of the settle times
+	// after a start and a reload (time.After by default), which a test
+	// sees instead of spending.
+	After func(d time.Duration) <-chan time.Time
 	// Journal receives each load balancer's HAProxy output (under
 	// systemd); nil keeps it in the output files only.
 	Journal journalfwd.Sink
@@ -94,6 +98,9 @@ func NewSupervisor(o SupervisorOptions) *Supervisor {
 	}
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -311,6 +318,7 @@ func (s *Supervisor) newInstance(lb string) *instance {
 		},
 		OnDeath: in.died,
 		Backoff: s.opts.Backoff,
+		After:   s.opts.After,
 		Journal: journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
 	}, s.done)
 	return in
@@ -493,7 +501,7 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 		return
 	case <-in.s.done:
 		return
-	case <-time.After(settle):
+	case <-in.s.opts.After(settle):
 	}
 	sock := in.s.layout().MasterSocketPath(in.lb)
 	listed := func() (bool, error) {

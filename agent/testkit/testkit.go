@@ -1,10 +1,13 @@
 // Package testkit holds the test helpers every tier shares: waiting for a
-// condition under a deadline and skipping what needs root. It imports
-// nothing of this module, so any package's tests may use it.
+// condition under a deadline, skipping what needs root, and a clock whose
+// waits a test sees instead of spending. It imports nothing of this
+// module, so any package's tests may use it.
 package testkit
 
 import (
 	"os"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -46,4 +49,30 @@ func RequireRoot(t testing.TB, why string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: " + why)
 	}
+}
+
+// Delays stands in for time.After where code takes its clock as a
+// function: it records every delay asked for and lets it pass at once, so
+// a test checks the waits (a backoff series, a settle time) without
+// spending them in real time.
+type Delays struct {
+	mu    sync.Mutex
+	asked []time.Duration
+}
+
+// After records d and returns a channel that is ready at once.
+func (c *Delays) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.asked = append(c.asked, d)
+	c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	ch <- time.Now().Add(d)
+	return ch
+}
+
+// Asked returns the delays asked for so far, in order.
+func (c *Delays) Asked() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.asked)
 }

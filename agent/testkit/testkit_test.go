@@ -40,3 +40,17 @@ func TestRequireRoot(t *testing.T) {
 		t.Fatalf("as uid %d: went on %v, skipped %v", os.Geteuid(), went, skipped)
 	}
 }
+
+func TestDelaysRecordAndPassAtOnce(t *testing.T) {
+	var c Delays
+	for _, d := range []time.Duration{0, time.Hour, time.Second} {
+		select {
+		case <-c.After(d):
+		default:
+			t.Fatalf("a delay of %v did not pass at once", d)
+		}
+	}
+	if got := c.Asked(); len(got) != 3 || got[0] != 0 || got[1] != time.Hour || got[2] != time.Second {
+		t.Fatalf("asked %v, want [0s 1h0m0s 1s]", got)
+	}
+}
