@@ -15,7 +15,8 @@ import (
 //
 // Patterns are relative to the module: "x" is that package, "x/..." is x
 // and the packages under it, "..." is every package of the module. In
-// deny, a path outside the module (net/http) means that package.
+// deny, a path outside the module (net/http) means that package, and
+// "non-std" any package outside both the module and the standard library.
 //
 // The HTTP rule's exceptions: agent/api serves the REST API,
 // agent/metrics the PROMETHEUS listeners' metrics endpoint (and its test
@@ -55,6 +56,29 @@ var layerRules = []layerRule{
 		from:  []string{"agent/sysinfo"},
 		deny:  []string{"..."},
 		allow: []string{"agent/procgroup", "agent/testkit", "netns"},
+	},
+	{
+		// Engines a reader can judge alone: the flag contract of the
+		// binary's commands, the SCTP probe the health checker and the
+		// tier tests' SCTP peer share, and the stats client's socket
+		// engine (its tests run a real HAProxy).
+		why:   "self-contained engines import only the standard library and x/sys",
+		from:  []string{"cmd/amphora-agent/internal/cmdline", "keepalived/sctpcheck", "haproxy/stats/internal/rawsock"},
+		deny:  []string{"...", "non-std"},
+		allow: []string{"golang.org/x/sys/unix", "haproxy/stats/haproxytest"},
+	},
+	{
+		why:   "the stats client imports only its socket engine",
+		from:  []string{"haproxy/stats"},
+		deny:  []string{"..."},
+		allow: []string{"haproxy/stats/internal/rawsock", "haproxy/stats/haproxytest", "agent/testkit"},
+	},
+	{
+		// Everything reads the configuration and tests everywhere make
+		// certificates, so neither may lean on anything above it.
+		why:  "the configuration and the dev PKI import nothing of this module",
+		from: []string{"agent/config", "certs/devpki"},
+		deny: []string{"..."},
 	},
 	{
 		// The supervision core writes its state atomically, reads pid
@@ -106,6 +130,13 @@ var layerRules = []layerRule{
 		from:   []string{"..."},
 		except: []string{"cmd/amphora-agent/tiers/..."},
 		deny:   []string{"cmd/amphora-agent/tiers/..."},
+	},
+	{
+		// They drive the built binary; what they import of the product
+		// is its file formats and test stand-ins, never the Agent.
+		why:  "the tier tests reach the agent only through the binary",
+		from: []string{"cmd/amphora-agent/tiers/..."},
+		deny: []string{"agent", "agent/api/..."},
 	},
 	{
 		why:    "only the API and the binary speak HTTP",
@@ -222,6 +253,43 @@ func TestLayerViolations(t *testing.T) {
 			},
 		},
 		{
+			name: "self-contained engines import the module or a library",
+			g: importGraph{
+				"cmd/amphora-agent/internal/cmdline": {"flag", "agent/config"},
+				"keepalived/sctpcheck":               {"golang.org/x/sys/unix", "github.com/vishvananda/netlink"},
+				"haproxy/stats/internal/rawsock":     {"golang.org/x/sys/unix", "haproxy/stats/haproxytest", "haproxy/stats"},
+				"haproxy/stats":                      {"haproxy/stats/internal/rawsock", "agent/fsutil"},
+				"haproxy/stats/haproxytest":          {"haproxy/stats"},
+				"agent/config":                       {"github.com/spf13/viper", "agent/fault"},
+				"certs/devpki":                       {"certs"},
+				"certs":                              {},
+				"agent/fault":                        {},
+				"agent/fsutil":                       {},
+			},
+			want: []string{
+				"agent/config imports agent/fault: the configuration and the dev PKI import nothing of this module",
+				"certs/devpki imports certs: the configuration and the dev PKI import nothing of this module",
+				"cmd/amphora-agent/internal/cmdline imports agent/config: self-contained engines import only the standard library and x/sys",
+				"haproxy/stats imports agent/fsutil: the stats client imports only its socket engine",
+				"haproxy/stats/internal/rawsock imports haproxy/stats: self-contained engines import only the standard library and x/sys",
+				"keepalived/sctpcheck imports github.com/vishvananda/netlink: self-contained engines import only the standard library and x/sys",
+			},
+		},
+		{
+			name: "tier tests import the Agent",
+			g: importGraph{
+				"agent":                   {},
+				"agent/api":               {"agent"},
+				"agent/config":            {},
+				"cmd/amphora-agent/tiers": {"agent/api", "agent/config"},
+				"cmd/amphora-agent/tiers/internal/testenv": {"agent"},
+			},
+			want: []string{
+				"cmd/amphora-agent/tiers imports agent/api: the tier tests reach the agent only through the binary",
+				"cmd/amphora-agent/tiers/internal/testenv imports agent: the tier tests reach the agent only through the binary",
+			},
+		},
+		{
 			name: "domain imports the agent core",
 			g: importGraph{
 				"agent":          {"haproxy"},
@@ -229,12 +297,12 @@ func TestLayerViolations(t *testing.T) {
 				"haproxy":        {"agent"},
 				"netns/sub":      {"agent/config"},
 				"keepalived":     {"agent/fault"},
-				"certs/devpki":   {"agent/health/x"},
+				"certs":          {"agent/health/x"},
 				"agent/health/x": {},
 				"agent/fault":    {},
 			},
 			want: []string{
-				"certs/devpki imports agent/health/x: domain packages sit below the agent core",
+				"certs imports agent/health/x: domain packages sit below the agent core",
 				"haproxy imports agent: domain packages sit below the agent core",
 				"netns/sub imports agent/config: domain packages sit below the agent core",
 			},
@@ -326,11 +394,18 @@ func matchAny(patterns []string, pkg string, g importGraph) bool {
 }
 
 // matchPkg reports whether pkg is pattern; "..." is any package of the
-// module, that is any package the graph has an entry for.
+// module, that is any package the graph has an entry for, and "non-std"
+// any other package whose path does not start like the standard
+// library's (a first element without a dot).
 func matchPkg(pattern, pkg string, g importGraph) bool {
-	if pattern == "..." {
+	switch pattern {
+	case "...":
 		_, ok := g[pkg]
 		return ok
+	case "non-std":
+		_, inModule := g[pkg]
+		first, _, _ := strings.Cut(pkg, "/")
+		return !inModule && strings.Contains(first, ".")
 	}
 	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
 		return pkg == base || strings.HasPrefix(pkg, base+"/")
