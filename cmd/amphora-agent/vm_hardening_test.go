@@ -111,6 +111,8 @@ func checkHardening(t *testing.T, a *amphora) {
 	if strings.TrimSpace(refused) != "" {
 		t.Errorf("refusals in the unit's journal:\n%s", refused)
 	}
+	// For the reader: what the daemons found amiss, refused or not.
+	t.Logf("warnings in the unit's journal:\n%s", a.MustExec(`journalctl -b -u amphora-agent.service -o cat --no-pager | grep -i -e unable -e cannot -e "can't" -e warning | sort | uniq -c | sort -rn | head -20 || true`))
 	t.Logf("sandbox in force for %d processes: CapBnd %016x, NoNewPrivs, seccomp", len(pids), mask)
 }
 
