@@ -49,8 +49,18 @@ const (
 )
 
 // debDepends is what the package must depend on: the daemons and tools
-// the agent runs.
-var debDepends = []string{"haproxy", "keepalived", "ipvsadm", "iproute2", "nftables", "netcat-openbsd"}
+// the agent runs (kmod: modprobe ip_vs; udev: the config drive's label
+// and hot-plugged NICs; iputils-ping: PING health monitors).
+var debDepends = []string{"haproxy", "keepalived", "ipvsadm", "iproute2", "nftables", "netcat-openbsd", "kmod", "udev", "iputils-ping", "procps"}
+
+// debRecommends: HAProxy's and keepalived's logs reach the controller's
+// log targets through rsyslog; the agent works without it.
+var debRecommends = []string{"rsyslog"}
+
+// The manual page and the names it documents (links to it).
+const debManual = "/usr/share/man/man8/amphora-agent.8.gz"
+
+var debManualLinks = []string{"amphora-interface", "haproxy-vrrp-check", "amphora-health-checker", "octavia-agent-lvs-masquerade"}
 
 func TestDebPackage(t *testing.T) {
 	testkit.RequireRoot(t, "deb: the package is built with root-owned files and installed in a chroot")
@@ -118,6 +128,9 @@ func buildDeb(t *testing.T) (string, map[string]string) {
 	if got := dependsNames(fields["Depends"]); !slices.Equal(got, sorted(debDepends)) {
 		t.Errorf("control Depends = %q, want exactly %v", fields["Depends"], debDepends)
 	}
+	if got := dependsNames(fields["Recommends"]); !slices.Equal(got, sorted(debRecommends)) {
+		t.Errorf("control Recommends = %q, want exactly %v", fields["Recommends"], debRecommends)
+	}
 	v := fields["Version"]
 	runFor(t, 10*time.Second, "dpkg", "--validate-version", v)
 	if name := "amphora-agent_" + v + "_amd64.deb"; filepath.Base(deb) != name {
@@ -183,14 +196,21 @@ func checkDebContents(t *testing.T, deb string) {
 		"/usr/local/bin/amphora-agent":                             {mode: "-rwxr-xr-x"},
 		debUnitDir + "/" + debUnit:                                 {mode: "-rw-r--r--"},
 		debUnitDir + "/amphora-config-drive.service":               {mode: "-rw-r--r--"},
+		debUnitDir + "/var-lib-octavia-certs.mount":                {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/copyright":                   {mode: "-rw-r--r--"},
+		"/usr/share/doc/amphora-agent/changelog.gz":                {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/examples/amphora-agent.conf": {mode: "-rw-r--r--"},
+		"/usr/share/lintian/overrides/amphora-agent":               {mode: "-rw-r--r--"},
+		debManual: {mode: "-rw-r--r--"},
 		debMasquerade:       {mode: "-rwxr-xr-x"},
 		debDebianMasquerade: {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
 	}
 	// The names the binary answers to (package cli) are the links it ships.
 	for _, alias := range cli.Aliases() {
 		want["/usr/local/bin/"+alias] = debEntry{mode: "lrwxrwxrwx", link: "amphora-agent"}
+	}
+	for _, name := range debManualLinks {
+		want[filepath.Join(filepath.Dir(debManual), name+".8.gz")] = debEntry{mode: "lrwxrwxrwx", link: filepath.Base(debManual)}
 	}
 	for p, e := range entries {
 		if e.owner != "root/root" {
@@ -230,6 +250,7 @@ func checkDebContents(t *testing.T, deb string) {
 	root := t.TempDir()
 	runFor(t, 30*time.Second, "dpkg-deb", "-x", deb, root)
 	sameFile(t, filepath.Join(root, debUnitDir, debUnit), filepath.Join(packagingDir(), "systemd", debUnit))
+	checkDebDocs(t, root, deb)
 	// The example must be a config the agent accepts as it stands.
 	example := filepath.Join(root, "usr/share/doc/amphora-agent/examples/amphora-agent.conf")
 	src, err := config.ReadFiles([]string{example})
@@ -309,13 +330,40 @@ func checkDebInChroot(t *testing.T, deb string, fields map[string]string) {
 	install()
 	checkInstalled(t, root, in)
 	in(2*time.Minute, "dpkg", "-r", "amphora-agent")
-	removed("dpkg -r")
+	keptOnRemove(t, root, clean)
+	// Installing again after a remove finds the unit as it was: enabled,
+	// not masked.
+	install()
+	checkInstalled(t, root, in)
+	in(2*time.Minute, "dpkg", "-r", "amphora-agent")
 	in(2*time.Minute, "dpkg", "-P", "amphora-agent")
 	removed("dpkg -r, dpkg -P")
 	install()
 	in(2*time.Minute, "dpkg", "-P", "amphora-agent")
 	removed("dpkg -i, dpkg -P")
 	t.Logf("chroot test took %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// keptOnRemove checks what dpkg -r leaves, as Debian policy has it: the
+// unit's enablement and deb-systemd-helper's record of it (purge removes
+// them), the unit masked while its file is gone, and nothing else.
+func keptOnRemove(t *testing.T, root string, clean map[string]string) {
+	t.Helper()
+	kept := regexp.MustCompile(`^[+] (/etc/systemd/system(/[^ ]*)?|/var/lib/systemd(/deb-systemd-helper-(enabled|masked)(/[^ ]*)?)?) `)
+	for _, line := range strings.Split(snapshotDiff(clean, snapshot(t, root)), "\n") {
+		if line != "" && !kept.MatchString(line) {
+			t.Errorf("after dpkg -r: %s (only the unit's enablement may stay)", line)
+		}
+	}
+	for _, target := range wantedBy(t, filepath.Join(packagingDir(), "systemd", debUnit)) {
+		link := filepath.Join(root, "etc/systemd/system", target+".wants", debUnit)
+		if _, err := os.Lstat(link); err != nil {
+			t.Errorf("dpkg -r removed the enablement for %s: %v", target, err)
+		}
+	}
+	if dest, err := os.Readlink(filepath.Join(root, "etc/systemd/system", debUnit)); dest != "/dev/null" {
+		t.Errorf("after dpkg -r the unit is not masked: %q %v", dest, err)
+	}
 }
 
 // checkInstalled checks the installed files, the unit's enablement and
@@ -344,6 +392,9 @@ func checkInstalled(t *testing.T, root string, in func(time.Duration, ...string)
 		}
 	}
 
+	if _, err := os.Lstat(filepath.Join(root, "etc/systemd/system", debUnit)); err == nil {
+		t.Errorf("/etc/systemd/system/%s exists after install: the unit is masked or overridden", debUnit)
+	}
 	// Enabled means a link in each target's .wants the unit's [Install] names.
 	targets := wantedBy(t, unit)
 	if len(targets) == 0 {
@@ -536,4 +587,73 @@ func snapshotDiff(before, after map[string]string) string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+// checkDebDocs checks the package's documents in its unpacked tree root:
+// the changelog's newest entry is this package's version, the manual page
+// carries the usage of the binary it was built with and renders cleanly,
+// both compressed as Debian policy wants (gzip -9n), and the copyright
+// file and the repository's LICENSE say Apache-2.0.
+func checkDebDocs(t *testing.T, root, deb string) {
+	t.Helper()
+	changelog := gunzipReproducible(t, filepath.Join(root, "usr/share/doc/amphora-agent/changelog.gz"))
+	plain := filepath.Join(t.TempDir(), "changelog")
+	if err := os.WriteFile(plain, changelog, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(runFor(t, 10*time.Second, "dpkg-deb", "-f", deb, "Version"))
+	if got := strings.TrimSpace(runFor(t, 10*time.Second, "dpkg-parsechangelog", "-l", plain, "-S", "Version")); got != version {
+		t.Errorf("changelog's newest entry is %s, the package %s", got, version)
+	}
+
+	page := gunzipReproducible(t, filepath.Join(root, strings.TrimPrefix(debManual, "/")))
+	// Wherever --help writes and whatever it exits with, as build.sh reads it.
+	usage, _, _ := tryFor(10*time.Second, "sh", "-c", `"$0" --help 2>&1`, testenv.Binary(t))
+	first, _, _ := strings.Cut(strings.TrimSpace(usage), "\n")
+	if !bytes.HasPrefix(page, []byte(".\\\"")) || !bytes.Contains(page, []byte("\n.TH AMPHORA-AGENT 8 ")) ||
+		!bytes.Contains(page, []byte("\\&"+strings.ReplaceAll(first, `\`, `\e`))) {
+		t.Errorf("manual page lacks its title or the binary's usage %q:\n%s", first, page)
+	}
+	if _, err := exec.LookPath("man"); err == nil {
+		_, warnings, err := tryFor(30*time.Second, "man", "--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z", filepath.Join(root, debManual))
+		if err != nil || strings.TrimSpace(warnings) != "" {
+			t.Errorf("man --warnings on the manual page: %v\n%s", err, warnings)
+		}
+	}
+
+	copyright, err := os.ReadFile(filepath.Join(root, "usr/share/doc/amphora-agent/copyright"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/", "\nFiles: *\n", "\nLicense: Apache-2.0\n", "/usr/share/common-licenses/Apache-2.0"} {
+		if !bytes.Contains(copyright, []byte(want)) {
+			t.Errorf("copyright lacks %q", want)
+		}
+	}
+	license, err := os.ReadFile(filepath.Join(packagingDir(), "..", "..", "..", "LICENSE"))
+	if err != nil || !bytes.Contains(license, []byte("Apache License\n                           Version 2.0, January 2004")) ||
+		!bytes.Contains(license, []byte("END OF TERMS AND CONDITIONS")) {
+		t.Errorf("the repository's LICENSE is not the Apache License 2.0 (%v)", err)
+	}
+}
+
+// gunzipReproducible reads a gzip file that must carry no name and no time
+// stamp and be compressed with -9 (header flag XFL 2), as gzip -9n writes.
+func gunzipReproducible(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) < 10 || data[0] != 0x1f || data[1] != 0x8b {
+		t.Fatalf("%s is not gzip", path)
+	}
+	if flags, mtime, xfl := data[3], data[4:8], data[8]; flags&0x08 != 0 || !bytes.Equal(mtime, []byte{0, 0, 0, 0}) || xfl != 2 {
+		t.Errorf("%s: gzip header flags %#x, mtime % x, XFL %d; want gzip -9n (no name, no time, XFL 2)", path, flags, mtime, xfl)
+	}
+	out, _, err := tryFor(10*time.Second, "gzip", "-dc", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(out)
 }

@@ -681,6 +681,10 @@ func TestVMSingleAmphora(t *testing.T) {
 		t.Logf("the SCTP part took %v", time.Since(sctpStart).Round(time.Second))
 	})
 
+	// The unit's sandbox holds for the agent, HAProxy and keepalived, and
+	// rotation works under it (issue 25, item 6).
+	t.Run("hardening", func(t *testing.T) { checkHardening(t, a) })
+
 	// HAProxy's output is in the journal under upstream's unit name, and
 	// status names that place (README: Status and logs).
 	hapJournal := "journalctl -b --no-pager -o cat -t haproxy-" + hapLB

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the amphora-agent Debian package (bookworm, amd64) with plain
 # dpkg-deb: the package is one static binary and its symlinks, a shell
-# script, two units and two documents, which needs no packaging framework.
+# script, three units, a manual page and a few documents, which needs no
+# packaging framework.
 #
 #   build.sh BINARY VERSION OUTDIR
 #
@@ -56,7 +57,9 @@ debversion() {
 # The package says amd64: an ELF file whose e_machine is 0x3e (x86-64).
 [ "$(od -An -tx1 -N4 "$bin" | tr -d ' \n')$(od -An -tx1 -j18 -N2 "$bin" | tr -d ' \n')" = 7f454c463e00 ] ||
 	die "$bin is not an x86-64 ELF executable"
-command -v dpkg-deb >/dev/null || die "dpkg-deb not found"
+for tool in dpkg-deb dpkg-parsechangelog gzip; do
+	command -v "$tool" >/dev/null || die "$tool not found"
+done
 
 version=$(debversion "$raw")
 dpkg --validate-version "$version" || die "invalid Debian version $version"
@@ -81,9 +84,44 @@ install -d -m 0755 "$stage/usr/bin"
 ln -s ../local/bin/lvs-masquerade.sh "$stage/usr/bin/octavia-agent-lvs-masquerade"
 install -D -m 0644 "$unit" "$stage/lib/systemd/system/amphora-agent.service"
 install -D -m 0644 "$(dirname "$unit")/amphora-config-drive.service" "$stage/lib/systemd/system/amphora-config-drive.service"
+# Not enabled: the agent's unit pulls it in (RequiresMountsFor=).
+install -D -m 0644 "$(dirname "$unit")/var-lib-octavia-certs.mount" "$stage/lib/systemd/system/var-lib-octavia-certs.mount"
 doc=$stage/usr/share/doc/amphora-agent
 install -D -m 0644 "$here/copyright" "$doc/copyright"
 install -D -m 0644 "$here/amphora-agent.conf" "$doc/examples/amphora-agent.conf"
+install -D -m 0644 "$here/lintian-overrides" "$stage/usr/share/lintian/overrides/amphora-agent"
+
+maintainer="amphora-agent maintainers <maintainers@users.noreply.a-seed-26ea428e.example>"
+# The changelog's newest entry must be this build's version: a build that
+# is not a release listed in deb/changelog gets a snapshot entry on top.
+# A native package (no Debian revision) ships it as changelog.gz.
+top=$(dpkg-parsechangelog -l "$here/changelog" -S Version)
+{
+	if [ "$top" != "$version" ]; then
+		dpkg --compare-versions "$version" gt "$top" ||
+			die "version $version is older than deb/changelog's newest entry $top"
+		printf 'amphora-agent (%s) UNRELEASED; urgency=medium\n\n  * Snapshot of git %s.\n\n -- %s  %s\n\n' \
+			"$version" "$raw" "$maintainer" "$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
+	fi
+	cat "$here/changelog"
+} | gzip -9n >"$doc/changelog.gz"
+
+# amphora-agent(8): the page's text with the usage the binary prints, so
+# the page lists what this build accepts. Each usage line is roff-quoted
+# (\& keeps a leading dot or quote literal, \e is a backslash).
+usage=$("$bin" --help 2>&1 || true)
+[ -n "$usage" ] || die "$bin --help printed nothing"
+man=$stage/usr/share/man/man8
+install -d -m 0755 "$man"
+USAGE=$(printf '%s\n' "$usage" | sed -e 's/\\/\\e/g' -e 's/^/\\\&/') \
+	VERSION=$version DATE=$(LC_ALL=C date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%d) \
+	awk '{
+		if ($0 == "@USAGE@") { print ENVIRON["USAGE"]; next }
+		gsub(/@VERSION@/, ENVIRON["VERSION"]); gsub(/@DATE@/, ENVIRON["DATE"]); print
+	}' "$here/amphora-agent.8.in" | gzip -9n >"$man/amphora-agent.8.gz"
+for name in amphora-interface haproxy-vrrp-check amphora-health-checker octavia-agent-lvs-masquerade; do
+	ln -s amphora-agent.8.gz "$man/$name.8.gz"
+done
 
 install -d -m 0755 "$stage/DEBIAN"
 install -m 0755 "$here/postinst" "$here/prerm" "$here/postrm" "$stage/DEBIAN/"
@@ -94,9 +132,10 @@ cat >"$stage/DEBIAN/control" <<CONTROL
 Package: amphora-agent
 Version: $version
 Architecture: amd64
-Maintainer: amphora-agent maintainers <maintainers@users.noreply.a-seed-26ea428e.example>
+Maintainer: $maintainer
 Installed-Size: $size
-Depends: haproxy, keepalived, ipvsadm, iproute2, nftables, netcat-openbsd
+Depends: haproxy, keepalived, ipvsadm, iproute2, nftables, netcat-openbsd, kmod, udev, iputils-ping, procps
+Recommends: rsyslog
 Conflicts: octavia-agent
 Section: net
 Priority: optional

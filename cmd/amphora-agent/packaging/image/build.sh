@@ -65,11 +65,12 @@ mkdir -p "$root/etc/sysctl.d" "$root/var/lib/octavia"
 cp "$here/files/60-amphora.conf" "$root/etc/sysctl.d/"
 printf 'global\n    group nogroup\n' >"$root/var/lib/octavia/haproxy-default-user-group.conf"
 
-# As upstream's certs-ramfs element: listener certificates live in RAM.
-cp "$here/files/var-lib-octavia-certs.mount" "$here/files/amphora-test-package.service" "$root/etc/systemd/system/"
+# Listener certificates live in RAM (upstream's certs-ramfs element): the
+# package's var-lib-octavia-certs.mount, which the agent's unit requires.
+cp "$here/files/amphora-test-package.service" "$root/etc/systemd/system/"
 install -m 0755 "$here/files/amphora-test-package" "$root/usr/local/sbin/amphora-test-package"
 
-chroot "$root" systemctl enable systemd-networkd var-lib-octavia-certs.mount amphora-test-package.service >/dev/null 2>&1
+chroot "$root" systemctl enable systemd-networkd amphora-test-package.service >/dev/null 2>&1
 chroot "$root" systemctl disable haproxy.service keepalived.service >/dev/null 2>&1
 chroot "$root" systemctl mask haproxy.service keepalived.service >/dev/null 2>&1
 
