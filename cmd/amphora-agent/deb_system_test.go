@@ -184,8 +184,9 @@ func checkDebContents(t *testing.T, deb string) {
 		debUnitDir + "/amphora-config-drive.service":               {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/copyright":                   {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/examples/amphora-agent.conf": {mode: "-rw-r--r--"},
-		debMasquerade:       {mode: "-rwxr-xr-x"},
-		debDebianMasquerade: {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
+		debMasquerade:                      {mode: "-rwxr-xr-x"},
+		"/var/lib/octavia/ping-wrapper.sh": {mode: "-rwxr-xr-x"},
+		debDebianMasquerade:                {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
 	}
 	// The names the binary answers to (main.go) are the links it ships.
 	for alias := range aliases {
