@@ -9,7 +9,7 @@ PORT ?= 9443
 
 # Debian packages the system and interop tiers drive for real; mmdebstrap
 # makes the chroot the package is installed in.
-TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
+TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
 
 .PHONY: build deb run demo test test-unit test-system test-interop deps vet bench fuzz soak clean
 

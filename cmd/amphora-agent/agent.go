@@ -88,7 +88,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
-	log, closeLog := logging.New(level, logging.Options{UseSyslog: cfg.UseSyslog, Facility: cfg.SyslogFacility})
+	log, closeLog := logging.New(level, logging.Options{UseSyslog: cfg.UseSyslog, Facility: cfg.SyslogFacility, StderrJournal: journalfwd.StderrIsJournal()})
 	defer closeLog()
 	defer log.Sync()
 	for _, w := range warnings {

@@ -202,6 +202,7 @@ func checkDebContents(t *testing.T, deb string) {
 		"/usr/share/doc/amphora-agent/examples/amphora-agent.conf": {mode: "-rw-r--r--"},
 		"/usr/share/lintian/overrides/amphora-agent":               {mode: "-rw-r--r--"},
 		debManual: {mode: "-rw-r--r--"},
+		"/var/lib/octavia/ping-wrapper.sh": {mode: "-rwxr-xr-x"},
 		debMasquerade:       {mode: "-rwxr-xr-x"},
 		debDebianMasquerade: {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
 	}

@@ -9,9 +9,11 @@ package tiers_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,6 +73,8 @@ type amphora struct {
 func vmConfig(env *testenv.Env, hbPort int, topology string) string {
 	return fmt.Sprintf(`[DEFAULT]
 debug = False
+use_syslog = True
+syslog_log_facility = LOG_LOCAL1
 
 [haproxy_amphora]
 base_cert_dir = /var/lib/octavia/certs
@@ -110,6 +115,13 @@ const operatorSysctlFile = "/etc/sysctl.d/60-operator-tuning.conf"
 // on the config drive; ready waits for its agent.
 func startAmphora(t *testing.T, name, topology string) *amphora {
 	t.Helper()
+	return startAmphoraWith(t, name, topology, nil)
+}
+
+// startAmphoraWith also puts extra (target path → content) on the config
+// drive, as the controller adds rsyslog's 10-rsyslog.conf.
+func startAmphoraWith(t *testing.T, name, topology string, extra map[string][]byte) *amphora {
+	t.Helper()
 	img := vm.BuildImage(t)
 	t.Logf("%s; accelerator %s", img.Info, vm.Accel(img))
 	env := testenv.New(t)
@@ -118,19 +130,18 @@ func startAmphora(t *testing.T, name, topology string) *amphora {
 	ca, _ := os.ReadFile(env.CAFile)
 	_, port, _ := strings.Cut(hb.addr(), ":")
 	hbPort, _ := strconv.Atoi(port)
-	v := vm.Start(t, img, vm.Options{
-		Name:       name,
-		Package:    vmPackage(t),
-		InstanceID: env.AmphoraID,
-		Files: map[string][]byte{
-			"/etc/octavia/amphora-agent.conf":  []byte(vmConfig(env, hbPort, topology)),
-			"/etc/octavia/certs/server.pem":    server,
-			"/etc/octavia/certs/client_ca.pem": ca,
-			// An operator's own tuning, one key the agent leaves alone and
-			// one it requires otherwise (see the operator-sysctl test).
-			operatorSysctlFile: []byte("net.ipv4.tcp_keepalive_intvl = 17\nnet.core.somaxconn = 1024\n"),
-		},
-	})
+	files := map[string][]byte{
+		"/etc/octavia/amphora-agent.conf":  []byte(vmConfig(env, hbPort, topology)),
+		"/etc/octavia/certs/server.pem":    server,
+		"/etc/octavia/certs/client_ca.pem": ca,
+		// An operator's own tuning, one key the agent leaves alone and
+		// one it requires otherwise (see the operator-sysctl test).
+		operatorSysctlFile: []byte("net.ipv4.tcp_keepalive_intvl = 17\nnet.core.somaxconn = 1024\n"),
+	}
+	for path, data := range extra {
+		files[path] = data
+	}
+	v := vm.Start(t, img, vm.Options{Name: name, Package: vmPackage(t), InstanceID: env.AmphoraID, Files: files})
 	env.Port = v.APIPort
 	return &amphora{VM: v, env: env, hb: hb, started: time.Now()}
 }
@@ -437,7 +448,7 @@ func writeSpec(t *testing.T, dir string, spec any) string {
 
 // startLB has the controller's driver render (Octavia's own templates),
 // upload and start an HTTP load balancer on the VIP.
-func startLB(t *testing.T, a *amphora, lvsSpec string) *hapController {
+func startLB(t *testing.T, a *amphora, lvsSpec string, extra ...string) *hapController {
 	t.Helper()
 	args := []string{
 		"--amphora-id", a.env.AmphoraID, "--lb-network-ip", "127.0.0.1", "--port", strconv.Itoa(a.env.Port),
@@ -449,7 +460,7 @@ func startLB(t *testing.T, a *amphora, lvsSpec string) *hapController {
 		"--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[0], vmServerIP, vmServerPort),
 		"--lvs-spec", lvsSpec,
 	}
-	ctl, _ := startHAPController(t, a.env, args...)
+	ctl, _ := startHAPController(t, a.env, append(args, extra...)...)
 	t.Cleanup(func() {
 		if t.Failed() && a.Running() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -914,4 +925,243 @@ func TestVMActiveStandby(t *testing.T) {
 	if h := holder(t, amps); h != 1-master {
 		t.Fatalf("after the failover the controller finds the VIP on amphora %d, want %s", h, amps[1-master].Name)
 	}
+}
+
+// syslogReceiver is a log offloading target on the host: UDP on host
+// loopback, which the VM reaches through QEMU's gateway.
+type syslogReceiver struct {
+	conn *net.UDPConn
+	mu   sync.Mutex
+	got  []string
+}
+
+func newSyslogReceiver(t *testing.T) *syslogReceiver {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &syslogReceiver{conn: conn}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, _, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.got = append(r.got, string(buf[:n]))
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-done })
+	return r
+}
+
+// target is the receiver as the controller names it in *_log_targets.
+func (r *syslogReceiver) target() string {
+	return fmt.Sprintf("%s:%d", vm.GatewayIP, r.conn.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// find returns the received messages containing every one of texts.
+func (r *syslogReceiver) find(texts ...string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, m := range r.got {
+		all := true
+		for _, s := range texts {
+			all = all && strings.Contains(m, s)
+		}
+		if all {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (r *syslogReceiver) waitFor(t *testing.T, timeout time.Duration, what string, texts ...string) string {
+	t.Helper()
+	var found []string
+	testenv.WaitFor(t, timeout, what, func() bool {
+		found = r.find(texts...)
+		return len(found) > 0
+	})
+	return found[0]
+}
+
+// renderRsyslogConf has Octavia's LoggingJinjaTemplater render
+// 10-rsyslog.conf for these offloading options.
+func renderRsyslogConf(t *testing.T, args ...string) []byte {
+	t.Helper()
+	requireOctavia(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, debianPython, append([]string{testdataScript(t, "vm", "controller_logging.py"), "--workdir", t.TempDir()}, args...)...)
+	cmd.Env = pythonEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("controller_logging.py: %v\n%s", err, stderr.String())
+	}
+	return out
+}
+
+const (
+	vmMember2IP = "198.51.100.3" // the PING-monitored pool's second member
+)
+
+// TestVMLogsAndPingMonitor: one amphora booted with the controller's
+// 10-rsyslog.conf (Octavia's LoggingJinjaTemplater, admin and tenant
+// targets on the host) on its config drive, serving a pool with a PING
+// health monitor (Octavia's template, the package's ping-wrapper.sh):
+// HAProxy's flow lines for requests through the VIP reach the tenant
+// target and are kept in /var/log/haproxy.log (rotated by logrotate); the
+// agent's and keepalived's lines reach the admin target; the agent's
+// lines are in the journal once, with their priority; an unreachable
+// member goes DOWN in the heartbeats and comes back UP; with
+// disable_local_log_storage the flow lines still leave and stay off the
+// disk.
+func TestVMLogsAndPingMonitor(t *testing.T) {
+	requireOctavia(t)
+	tenant, admin := newSyslogReceiver(t), newSyslogReceiver(t)
+	rsyslogConf := renderRsyslogConf(t, "--tenant-target", tenant.target(), "--admin-target", admin.target())
+	a := startAmphoraWith(t, "amp-logs", "SINGLE", map[string][]byte{"/etc/rsyslog.d/10-rsyslog.conf": rsyslogConf})
+	a.ready(t)
+	// Here rsyslog ran before the package (and the config-drive unit) was
+	// installed at boot: the config-drive unit restarted it.
+	t.Logf("rsyslog: %s", a.MustExec("systemctl is-active rsyslog; ls -l /run/rsyslog/octavia/log /etc/rsyslog.d/; journalctl -b -o short-monotonic -u rsyslog -u amphora-config-drive | grep -e Start -e Stopp -e wrote"))
+
+	n := newDataPlane(t)
+	ipCmd(t, "-n", n.member.Name, "addr", "add", vmMember2IP+"/24", "dev", vmBridge)
+	n.member.ServeHTTP(t, fmt.Sprintf("%s:%d", vmMember2IP, vmServerPort), topo.MemberHandler("member-2"))
+	n.attach(t, a, "SINGLE", "203.0.113.4", "198.51.100.20")
+	// The UDP listener's keepalived logs to syslog: the admin target gets it.
+	startLB(t, a, lvsSpecArg(t, vmUDPUnmonitored()), "--ping-monitor",
+		"--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[1], vmMember2IP, vmServerPort))
+	waitServed(t, n, time.Minute)
+	if cfg := a.MustExec("cat /var/lib/octavia/" + hapLB + "/haproxy.cfg"); !strings.Contains(cfg, "external-check command /var/lib/octavia/ping-wrapper.sh") {
+		t.Fatalf("the rendered config has no PING check:\n%s", cfg)
+	}
+	members := func(m1, m2 string) {
+		t.Helper()
+		want := map[string]string{hapMemberIDs[0]: m1, hapMemberIDs[1]: m2}
+		a.hb.waitFor(time.Minute, vmKey, fmt.Sprintf("pool members %v", want), func(m health.Message) bool {
+			// Heartbeat v3 names an HAProxy pool <pool>:<listener>.
+			return reflect.DeepEqual(m.Pools[hapPool+":"+hapListener].Members, want)
+		})
+	}
+
+	t.Run("ping-monitor", func(t *testing.T) {
+		members("UP", "UP")
+		// The second member's address goes away: pings go unanswered.
+		ipCmd(t, "-n", n.member.Name, "addr", "del", vmMember2IP+"/24", "dev", vmBridge)
+		gone := time.Now()
+		members("UP", "DOWN")
+		t.Logf("member 2 DOWN in the heartbeats %v after its address went away", time.Since(gone).Round(100*time.Millisecond))
+		waitServed(t, n, 30*time.Second)
+		ipCmd(t, "-n", n.member.Name, "addr", "add", vmMember2IP+"/24", "dev", vmBridge)
+		back := time.Now()
+		members("UP", "UP")
+		t.Logf("member 2 UP again %v after its address came back", time.Since(back).Round(100*time.Millisecond))
+	})
+
+	c := n.client.HTTPClient(false)
+	c.Timeout = 3 * time.Second
+	request := func(path string) {
+		t.Helper()
+		testenv.WaitFor(t, 30*time.Second, "a request through the VIP", func() bool {
+			_, err := getMember(c, "http://"+vmVIP+path, "X-Member")
+			return err == nil
+		})
+	}
+
+	t.Run("offloading-and-local-storage", func(t *testing.T) {
+		marker := "/aa-logs-" + topo.Tag()
+		request(marker)
+		line := tenant.waitFor(t, time.Minute, "HAProxy's flow line at the tenant target", marker, hapLB)
+		t.Logf("tenant target got: %s", strings.TrimSpace(line))
+		if got := admin.find(marker); len(got) != 0 {
+			t.Fatalf("a flow line reached the admin target: %q", got)
+		}
+		admin.waitFor(t, time.Minute, "the agent's lines at the admin target", "amphora-agent", "amphora agent listening")
+		admin.waitFor(t, time.Minute, "keepalived's lines at the admin target", "Keepalived")
+		admin.waitFor(t, time.Minute, "HAProxy's admin lines at the admin target", "haproxy", "started")
+
+		// Kept on the disk too, and rotated.
+		a.WaitFor(30*time.Second, "the flow line in /var/log/haproxy.log", "grep -q -- '"+marker+"' /var/log/haproxy.log")
+		a.MustExec("logrotate -f /etc/logrotate.d/haproxy")
+		after := marker + "-rotated"
+		request(after)
+		a.WaitFor(30*time.Second, "a new flow line in the new /var/log/haproxy.log",
+			"grep -q -- '"+after+"' /var/log/haproxy.log && grep -q -- '"+marker+"' /var/log/haproxy.log.1")
+	})
+
+	t.Run("journal", func(t *testing.T) {
+		// A restart-only option changed and changed back, each with a
+		// SIGHUP: two warnings.
+		a.MustExec(`sed -i 's/^bind_port = 9443$/bind_port = 9444/' /etc/octavia/amphora-agent.conf && systemctl kill -s HUP amphora-agent.service`)
+		a.WaitFor(30*time.Second, "the first warning", "journalctl -u amphora-agent -p warning -o cat | grep -q 'takes effect when the agent restarts'")
+		a.MustExec(`sed -i 's/^bind_port = 9444$/bind_port = 9443/' /etc/octavia/amphora-agent.conf && systemctl kill -s HUP amphora-agent.service`)
+		a.WaitFor(30*time.Second, "the second warning",
+			"[ $(journalctl -u amphora-agent -p warning -o cat | grep -c 'takes effect when the agent restarts') -ge 2 ]")
+		type entry struct {
+			Message  any    `json:"MESSAGE"`
+			Priority string `json:"PRIORITY"`
+			Facility string `json:"SYSLOG_FACILITY"`
+		}
+		var warnings, listening []entry
+		for _, l := range strings.Split(a.MustExec("journalctl -b -u amphora-agent -o json --no-pager"), "\n") {
+			var e entry
+			if json.Unmarshal([]byte(l), &e) != nil {
+				continue
+			}
+			msg, _ := e.Message.(string)
+			switch {
+			case strings.Contains(msg, "takes effect when the agent restarts"):
+				warnings = append(warnings, e)
+			case strings.Contains(msg, "amphora agent listening"):
+				listening = append(listening, e)
+			}
+		}
+		// One agent start, one SIGHUP pair: each line stored once.
+		if len(listening) != 1 || len(warnings) != 2 {
+			t.Fatalf("the journal has %d 'listening' lines (want 1) and %d warnings (want 2): %v %v", len(listening), len(warnings), listening, warnings)
+		}
+		for _, e := range append(warnings, listening...) {
+			if msg, _ := e.Message.(string); (strings.Contains(msg, "takes effect") && e.Priority != "4") ||
+				(strings.Contains(msg, "listening") && e.Priority != "6") || e.Facility != "17" {
+				t.Fatalf("journal entry %v: want priority 4 (warning) or 6 (info) and facility 17 (local1)", e)
+			}
+		}
+		admin.waitFor(t, time.Minute, "the agent's warning at the admin target", "takes effect when the agent restarts")
+	})
+
+	t.Run("disable-local-log-storage", func(t *testing.T) {
+		// Octavia 11's template leaves "stop" on the admin rule's line when
+		// admin targets are set without forward_all_logs, so the file that
+		// can work has tenant targets only.
+		conf := renderRsyslogConf(t, "--tenant-target", tenant.target(), "--disable-local-log-storage")
+		if !strings.Contains(string(conf), "*.* stop") {
+			t.Fatalf("rendered without stop:\n%s", conf)
+		}
+		a.MustExec(fmt.Sprintf("echo %s | base64 -d > /etc/rsyslog.d/10-rsyslog.conf && systemctl restart rsyslog",
+			base64.StdEncoding.EncodeToString(conf)))
+		tag := topo.Tag()
+		marker := "/aa-nolocal-" + tag
+		testenv.WaitFor(t, time.Minute, "the flow line at the tenant target", func() bool {
+			request(marker)
+			return len(tenant.find(marker)) > 0
+		})
+		// rsyslog writes a line it keeps at once (no buffering here): had
+		// it kept this one, it would be there by now. The command spells
+		// the marker in two parts: qemu-ga logs every command it runs to
+		// the journal, under /var/log.
+		if out := a.MustExec("grep -rl -- \"$(printf '%s%s' /aa-nolocal- " + tag + ")\" /var/log || true"); strings.TrimSpace(out) != "" {
+			t.Fatalf("with disable_local_log_storage the flow line is on the disk in %s", out)
+		}
+	})
 }

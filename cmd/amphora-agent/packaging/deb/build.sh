@@ -82,6 +82,9 @@ done
 install -m 0755 "$packaging/lvs-masquerade.sh" "$stage/usr/local/bin/lvs-masquerade.sh"
 install -d -m 0755 "$stage/usr/bin"
 ln -s ../local/bin/lvs-masquerade.sh "$stage/usr/bin/octavia-agent-lvs-masquerade"
+# The external check of PING health monitors, where Octavia's HAProxy
+# template names it.
+install -D -m 0755 "$packaging/ping-wrapper.sh" "$stage/var/lib/octavia/ping-wrapper.sh"
 install -D -m 0644 "$unit" "$stage/lib/systemd/system/amphora-agent.service"
 install -D -m 0644 "$(dirname "$unit")/amphora-config-drive.service" "$stage/lib/systemd/system/amphora-config-drive.service"
 # Not enabled: the agent's unit pulls it in (RequiresMountsFor=).
@@ -126,7 +129,7 @@ done
 install -d -m 0755 "$stage/DEBIAN"
 install -m 0755 "$here/postinst" "$here/prerm" "$here/postrm" "$stage/DEBIAN/"
 # md5sums lets `dpkg --verify` check the installed files.
-(cd "$stage" && find usr lib -type f -exec md5sum {} + | sort -k2) >"$stage/DEBIAN/md5sums"
+(cd "$stage" && find usr lib var -type f -exec md5sum {} + | sort -k2) >"$stage/DEBIAN/md5sums"
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 cat >"$stage/DEBIAN/control" <<CONTROL
 Package: amphora-agent

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian bookworm amphora base image the VM test tier boots:
 # systemd, a kernel with IPVS, HAProxy, keepalived, ipvsadm, nftables,
-# iproute2, qemu-guest-agent and netcat (the UDP health check), with the settings upstream's image
+# iproute2, qemu-guest-agent, netcat (the UDP health check), ping (PING
+# monitors), rsyslog and logrotate (HAProxy's logs), with the settings upstream's image
 # elements make. The agent itself is not in it: its package is installed
 # at boot from a disk labelled amphora-pkg (see amphora-test-package), so
 # a new build of the agent never rebuilds the base.
@@ -15,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:-${AMPHORA_IMAGE_CACHE:-/var/tmp/amphora-agent-image}}
 suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping,netcat-openbsd
+packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping,netcat-openbsd,rsyslog,logrotate
 key=$(cat "$0" "$here"/files/* | sha256sum | cut -c1-16)
 out=$cache/$key
 if [ -f "$out/base.qcow2" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
@@ -64,6 +65,13 @@ cp "$here/files/10-management.network" "$root/etc/systemd/network/"
 mkdir -p "$root/etc/sysctl.d" "$root/var/lib/octavia"
 cp "$here/files/60-amphora.conf" "$root/etc/sysctl.d/"
 printf 'global\n    group nogroup\n' >"$root/var/lib/octavia/haproxy-default-user-group.conf"
+
+# As upstream's amphora-agent element: rsyslog listens where Octavia's
+# HAProxy configs send their logs. haproxy's package keeps them in
+# /var/log/haproxy.log, rotated daily (its 49-haproxy.conf and logrotate
+# file); the controller's 10-rsyslog.conf from the config drive forwards
+# them.
+cp "$here/files/55-octavia-socket.conf" "$root/etc/rsyslog.d/"
 
 # Listener certificates live in RAM (upstream's certs-ramfs element): the
 # package's var-lib-octavia-certs.mount, which the agent's unit requires.

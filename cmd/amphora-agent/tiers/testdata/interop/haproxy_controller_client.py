@@ -69,6 +69,10 @@ def parse_args():
     p.add_argument('--member', action='append', required=True,
                    help='ID,ADDRESS,PORT; the first phase uses the first '
                         'member, "update" all of them')
+    p.add_argument('--ping-monitor', action='store_true',
+                   help='the HTTP pool has a PING health monitor (checked '
+                        'every 2 s, DOWN after 2 failures, UP after 1 '
+                        'success) instead of the sample HTTP one')
     p.add_argument('--cert-id', required=True,
                    help='id of the TLS container whose PEM is uploaded')
     # The TERMINATED_HTTPS phases (tls-*) only.
@@ -301,11 +305,19 @@ class Controller(object):
             members = [
                 s.sample_member_tuple(mid, addr)._replace(protocol_port=port)
                 for mid, (_, addr, port) in zip(member_ids, self.members)]
-            return s.sample_pool_tuple(
+            monitor_proto = None
+            if a.ping_monitor:
+                monitor_proto = self.constants.HEALTH_MONITOR_PING
+            p = s.sample_pool_tuple(
                 listener_id=listener_id,
                 proto=self.constants.PROTOCOL_HTTP,
+                monitor_proto=monitor_proto,
                 monitor_expected_codes='200')._replace(
                     id=pool_id, members=members[:n_members])
+            if a.ping_monitor:
+                p = p._replace(health_monitor=p.health_monitor._replace(
+                    delay=2, timeout=2, fall_threshold=2, rise_threshold=1))
+            return p
 
         http_pool = pool(a.pool_id, a.listener_id,
                          [m[0] for m in self.members])
