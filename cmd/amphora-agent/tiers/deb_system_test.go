@@ -201,10 +201,10 @@ func checkDebContents(t *testing.T, deb string) {
 		"/usr/share/doc/amphora-agent/changelog.gz":                {mode: "-rw-r--r--"},
 		"/usr/share/doc/amphora-agent/examples/amphora-agent.conf": {mode: "-rw-r--r--"},
 		"/usr/share/lintian/overrides/amphora-agent":               {mode: "-rw-r--r--"},
-		debManual: {mode: "-rw-r--r--"},
+		debManual:                          {mode: "-rw-r--r--"},
 		"/var/lib/octavia/ping-wrapper.sh": {mode: "-rwxr-xr-x"},
-		debMasquerade:       {mode: "-rwxr-xr-x"},
-		debDebianMasquerade: {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
+		debMasquerade:                      {mode: "-rwxr-xr-x"},
+		debDebianMasquerade:                {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
 	}
 	// The names the binary answers to (package cli) are the links it ships.
 	for _, alias := range cli.Aliases() {
