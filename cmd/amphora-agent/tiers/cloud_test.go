@@ -1,0 +1,125 @@
+//go:build cloud
+
+// The cloud tier: Octavia's own control plane (Debian's API, worker,
+// health manager and housekeeping with MariaDB and RabbitMQ) drives the
+// cloud through the project's compute and network drivers
+// (internal/cloud).
+//
+//	make test-cloud   (or: go test -tags cloud -p 1 -run Cloud -v ./cmd/amphora-agent/tiers/)
+package tiers_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/cloud"
+)
+
+const cloudProject = "5f0c1e7a2b3d4c5e8f9a0b1c2d3e4f50"
+
+type apiLB struct {
+	ID                 string `json:"id"`
+	ProvisioningStatus string `json:"provisioning_status"`
+	OperatingStatus    string `json:"operating_status"`
+	VIPAddress         string `json:"vip_address"`
+	VIPPortID          string `json:"vip_port_id"`
+}
+
+// waitLB polls the load balancer until its provisioning status is want
+// (or, for want "DELETED", until the API no longer finds it) and returns
+// the last answer; an ERROR status ends the wait at once.
+func waitLB(t *testing.T, cp *cloud.ControlPlane, id, want string, timeout time.Duration) apiLB {
+	t.Helper()
+	var last apiLB
+	var lastErr error
+	deadline := time.Now().Add(timeout)
+	for {
+		var got struct {
+			LB apiLB `json:"loadbalancer"`
+		}
+		code, err := cp.API("GET", "/v2/lbaas/loadbalancers/"+id, cloudProject, nil, &got)
+		switch {
+		case want == "DELETED" && code == 404:
+			return last
+		case err == nil:
+			last = got.LB
+			if last.ProvisioningStatus == want {
+				return last
+			}
+			if last.ProvisioningStatus == "ERROR" {
+				t.Fatalf("load balancer %s went to ERROR (waiting for %s): %+v", id, want, last)
+			}
+		default:
+			lastErr = err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("load balancer %s not %s within %v: last %+v, %v", id, want, timeout, last, lastErr)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestCloudControlPlaneNoop brings the control plane up, lists load
+// balancers with the CLI, and runs a load balancer's create and delete
+// flows through the project's drivers with Octavia's no-op amphora
+// driver (no VM): the plumbing from the API through RabbitMQ, the
+// worker's amphorav2 flows and the drivers into the Go fabric.
+func TestCloudControlPlaneNoop(t *testing.T) {
+	begin := time.Now()
+	cp := cloud.Start(t, cloud.Options{AmphoraDriver: "amphora_noop_driver"})
+	t.Logf("control plane up in %.1fs: %s", time.Since(begin).Seconds(), strings.Join(cp.Timings, ", "))
+
+	out, err := cp.OpenStack("loadbalancer", "list", "-f", "value")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != "" {
+		t.Fatalf("a fresh control plane lists load balancers: %q", out)
+	}
+
+	// The CLI cannot create one without Neutron (it resolves the subnet
+	// there), so this is the user's script's REST call.
+	created := time.Now()
+	var resp struct {
+		LB apiLB `json:"loadbalancer"`
+	}
+	body := map[string]any{"loadbalancer": map[string]any{"name": "lb-noop", "vip_subnet_id": cp.VIPSubnet.ID}}
+	if _, err := cp.API("POST", "/v2/lbaas/loadbalancers", cloudProject, body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	lb := waitLB(t, cp, resp.LB.ID, "ACTIVE", 3*time.Minute)
+	t.Logf("create → ACTIVE in %.1fs: %+v", time.Since(created).Seconds(), lb)
+	if !strings.HasPrefix(lb.VIPAddress, "203.0.113.") || lb.VIPPortID == "" {
+		t.Errorf("VIP not from the fabric's VIP subnet: %+v", lb)
+	}
+	servers := cp.Fabric.Servers()
+	if len(servers) != 1 || servers[0].Status != "ACTIVE" {
+		t.Fatalf("servers after create: %+v", servers)
+	}
+	for _, f := range []string{"/etc/octavia/amphora-agent.conf", "/etc/octavia/certs/server.pem", "/etc/octavia/certs/client_ca.pem"} {
+		if len(servers[0].Files[f]) == 0 {
+			t.Errorf("config drive lacks %s (has %d files)", f, len(servers[0].Files))
+		}
+	}
+	conf := string(servers[0].Files["/etc/octavia/amphora-agent.conf"])
+	if !strings.Contains(conf, cloud.ControllerIP) {
+		t.Errorf("amphora-agent.conf does not name the controller %s:\n%s", cloud.ControllerIP, conf)
+	}
+	out, err = cp.OpenStack("loadbalancer", "show", "lb-noop", "-f", "value", "-c", "provisioning_status")
+	if err != nil || strings.TrimSpace(out) != "ACTIVE" {
+		t.Fatalf("CLI shows %q, %v", out, err)
+	}
+
+	deleted := time.Now()
+	if _, err := cp.API("DELETE", "/v2/lbaas/loadbalancers/"+lb.ID+"?cascade=true", cloudProject, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitLB(t, cp, lb.ID, "DELETED", 3*time.Minute)
+	t.Logf("delete → gone in %.1fs", time.Since(deleted).Seconds())
+	if s := cp.Fabric.Servers(); len(s) != 0 {
+		t.Errorf("servers left after delete: %+v", s)
+	}
+	t.Logf("driver calls: %s", strings.Join(cp.Fabric.Calls(), " "))
+	t.Logf("memory:\n%s", strings.Join(cp.Memory(), "\n"))
+}
