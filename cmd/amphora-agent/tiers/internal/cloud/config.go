@@ -7,6 +7,8 @@ import "fmt"
 // project's compute and network drivers, Octavia's local certificate
 // generator and manager on the test's CA, and retry knobs short enough
 // for a test yet long enough for an amphora booting under TCG.
+// [haproxy_amphora] base_path and base_cert_dir keep their defaults: the
+// worker copies them into each amphora's agent config.
 func (c *ControlPlane) octaviaConf(o Options) string {
 	return fmt.Sprintf(`[DEFAULT]
 debug = True
@@ -58,8 +60,6 @@ storage_path = %[5]s/certstore
 [haproxy_amphora]
 client_cert = %[5]s/certs/client.pem
 server_ca = %[5]s/certs/ca.pem
-base_path = %[5]s/amp
-base_cert_dir = %[5]s/amp/certs
 connection_max_retries = 150
 connection_retry_interval = 2
 rest_request_conn_timeout = 5

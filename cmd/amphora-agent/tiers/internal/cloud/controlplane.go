@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vm"
 )
 
 // The controller's addresses: its namespace's end of the management
@@ -38,9 +40,9 @@ type Options struct {
 	// no-op driver ("amphora_noop_driver"), which runs the flows without
 	// talking to any amphora.
 	AmphoraDriver string
-	// Hypervisor boots the servers the compute driver builds; nil means
-	// PaperHypervisor.
-	Hypervisor Hypervisor
+	// VMs, when set, boots each server as an amphora VM; otherwise
+	// servers exist on paper only (PaperHypervisor).
+	VMs *AmphoraVMs
 	// Extra is appended to octavia.conf (later sections and values win
 	// in oslo.config).
 	Extra string
@@ -64,6 +66,8 @@ type ControlPlane struct {
 
 	t      testing.TB
 	client *http.Client
+	dhcp   *Service
+	dhcpMu sync.Mutex
 }
 
 // Start brings the control plane up and tears it down in t.Cleanup (also
@@ -83,9 +87,6 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	if o.AmphoraDriver == "" {
 		o.AmphoraDriver = "amphora_haproxy_rest_driver"
 	}
-	if o.Hypervisor == nil {
-		o.Hypervisor = PaperHypervisor{}
-	}
 	dir, err := os.MkdirTemp("", "aa-cloud-")
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +96,17 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	} else {
 		t.Logf("cloud: keeping %s", dir)
 	}
-	for _, d := range []string{"logs", "certs", "certstore", "amp/certs", "lock", "mysql", "rabbitmq"} {
+	for _, d := range []string{"logs", "certs", "certstore", "lock", "mysql", "rabbitmq"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c := &ControlPlane{Dir: dir, t: t, Fabric: NewFabric(o.Hypervisor)}
+	c := &ControlPlane{Dir: dir, t: t}
+	if o.VMs != nil {
+		c.Fabric = NewFabric(&vmHypervisor{c: c, opts: *o.VMs, vms: map[string]*vm.VM{}, taps: map[string][]string{}})
+	} else {
+		c.Fabric = NewFabric(PaperHypervisor{})
+	}
 	begin := time.Now()
 	step := func(what string) {
 		c.Timings = append(c.Timings, fmt.Sprintf("%s %.1fs", what, time.Since(begin).Seconds()))
@@ -115,11 +121,16 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	c.mustNS("ip", "link", "add", "br-mgmt", "type", "bridge")
 	c.mustNS("ip", "addr", "add", ControllerIP+"/24", "dev", "br-mgmt")
 	c.mustNS("ip", "link", "set", "br-mgmt", "up")
+	// The VIP network's bridge, its gateway the controller's namespace
+	// (a client there reaches the VIP).
+	c.mustNS("ip", "link", "add", "br-vip", "type", "bridge")
+	c.mustNS("ip", "addr", "add", VIPGateway+"/24", "dev", "br-vip")
+	c.mustNS("ip", "link", "set", "br-vip", "up")
 	c.ManagementNet, c.ManagementSubnet, err = c.Fabric.AddNetwork("lb-mgmt-net", ManagementCIDR, "", "198.51.100.10", "br-mgmt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.VIPNet, c.VIPSubnet, err = c.Fabric.AddNetwork("vip-net", VIPCIDR, VIPGateway, "203.0.113.10", "")
+	c.VIPNet, c.VIPSubnet, err = c.Fabric.AddNetwork("vip-net", VIPCIDR, VIPGateway, "203.0.113.10", "br-vip")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +146,9 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	t.Cleanup(func() { l.Close() })
 	t.Cleanup(c.teardown)
 
+	if o.VMs != nil {
+		c.startDHCP()
+	}
 	c.startDatabase()
 	step("mariadb ready")
 	c.startRabbitMQ()

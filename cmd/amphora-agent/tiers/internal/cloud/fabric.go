@@ -31,8 +31,10 @@ type Fabric struct {
 // Hypervisor boots and removes what the compute driver asks for. Boot
 // returns once the server runs (or failed); the fabric calls it outside
 // its lock, from a goroutine of its own, as Nova builds asynchronously.
+// Attach plugs a port into a running server, its host side on bridge.
 type Hypervisor interface {
 	Boot(s *Server) error
+	Attach(s *Server, p *Port, bridge string) error
 	Delete(s *Server) error
 }
 
@@ -40,8 +42,9 @@ type Hypervisor interface {
 // Octavia's no-op amphora driver it runs the flows without any VM.
 type PaperHypervisor struct{}
 
-func (PaperHypervisor) Boot(*Server) error   { return nil }
-func (PaperHypervisor) Delete(*Server) error { return nil }
+func (PaperHypervisor) Boot(*Server) error                  { return nil }
+func (PaperHypervisor) Attach(*Server, *Port, string) error { return nil }
+func (PaperHypervisor) Delete(*Server) error                { return nil }
 
 // Network is a Neutron network.
 type Network struct {

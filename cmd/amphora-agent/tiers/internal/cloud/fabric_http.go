@@ -30,7 +30,7 @@ var handlers = map[string]handler{
 	"network/get_port":                   locked((*Fabric).getPort),
 	"network/allocate_vip":               locked((*Fabric).allocateVIP),
 	"network/deallocate_vip":             locked((*Fabric).deallocateVIP),
-	"network/plug_aap_port":              locked((*Fabric).plugAAPPort),
+	"network/plug_aap_port":              unlocked((*Fabric).plugAAPPort),
 	"network/unplug_aap_port":            locked((*Fabric).unplugAAPPort),
 	"network/get_plugged_networks":       locked((*Fabric).pluggedNetworks),
 	"network/delete_port":                locked((*Fabric).deletePort),
@@ -379,11 +379,13 @@ func (f *Fabric) deallocateVIP(a vipCall) (any, error) {
 }
 
 // plugAAPPort gives the amphora a VRRP port on the VIP's network with the
-// VIP as its allowed address, attached to the amphora's server (hot-plug
-// through the hypervisor comes with real VMs).
+// VIP as its allowed address, and has the hypervisor hot-plug it into
+// the amphora's server, as Neutron's driver has Nova attach it.
 func (f *Fabric) plugAAPPort(a aapCall) (any, error) {
+	f.mu.Lock()
 	s, err := f.server(a.Amphora.ComputeID)
 	if err != nil {
+		f.mu.Unlock()
 		return nil, err
 	}
 	var p *Port
@@ -392,16 +394,33 @@ func (f *Fabric) plugAAPPort(a aapCall) (any, error) {
 			p = q // plugged already: Octavia retries the task
 		}
 	}
-	if p == nil {
-		if p, err = f.newPort(a.VIP.NetworkID, "octavia-lb-vrrp-"+a.Amphora.ID, ""); err != nil {
-			return nil, err
-		}
-		p.DeviceID, p.DeviceOwner = s.ID, "compute:nova"
-		p.AllowedAddresses = []string{a.VIP.IPAddress}
-		s.Ports = append(s.Ports, p)
+	if p != nil {
+		f.mu.Unlock()
+		return aapAnswer(p, a.VIP), nil
 	}
-	return map[string]string{"vrrp_ip": p.FixedIPs[0].IPAddress, "ha_ip": a.VIP.IPAddress,
-		"vrrp_port_id": p.ID, "ha_port_id": a.VIP.PortID}, nil
+	if p, err = f.newPort(a.VIP.NetworkID, "octavia-lb-vrrp-"+a.Amphora.ID, ""); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	p.DeviceID, p.DeviceOwner = s.ID, "compute:nova"
+	p.AllowedAddresses = []string{a.VIP.IPAddress}
+	bridge := f.networks[p.NetworkID].Bridge
+	f.mu.Unlock()
+	if err := f.hypervisor.Attach(s, p, bridge); err != nil {
+		f.mu.Lock()
+		delete(f.ports, p.ID)
+		f.mu.Unlock()
+		return nil, err
+	}
+	f.mu.Lock()
+	s.Ports = append(s.Ports, p)
+	f.mu.Unlock()
+	return aapAnswer(p, a.VIP), nil
+}
+
+func aapAnswer(p *Port, vip vipArgs) map[string]string {
+	return map[string]string{"vrrp_ip": p.FixedIPs[0].IPAddress, "ha_ip": vip.IPAddress,
+		"vrrp_port_id": p.ID, "ha_port_id": vip.PortID}
 }
 
 func (f *Fabric) unplugAAPPort(a amphoraCall) (any, error) {

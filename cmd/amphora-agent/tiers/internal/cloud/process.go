@@ -158,7 +158,9 @@ func logDigest(path string, n int) string {
 	var b strings.Builder
 	errs := 0
 	for _, l := range lines {
-		if (strings.Contains(l, " ERROR ") || strings.HasPrefix(l, "Traceback")) && errs < 40 {
+		// oslo.config's dump of its options names ERROR in one value.
+		important := (strings.Contains(l, " ERROR ") || strings.HasPrefix(l, "Traceback")) && !strings.Contains(l, "logging_exception_prefix")
+		if important && errs < 40 {
 			b.WriteString("  ! " + l + "\n")
 			errs++
 		}
