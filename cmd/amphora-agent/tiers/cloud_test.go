@@ -9,11 +9,14 @@
 package tiers_test
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/cloud"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vm"
 )
 
 const cloudProject = "5f0c1e7a2b3d4c5e8f9a0b1c2d3e4f50"
@@ -24,6 +27,21 @@ type apiLB struct {
 	OperatingStatus    string `json:"operating_status"`
 	VIPAddress         string `json:"vip_address"`
 	VIPPortID          string `json:"vip_port_id"`
+}
+
+// createLB asks for a load balancer on the fabric's VIP subnet and
+// returns its id. The CLI cannot (it resolves the subnet in Neutron), so
+// this is the REST call a user's script makes.
+func createLB(t *testing.T, cp *cloud.ControlPlane, name string) string {
+	t.Helper()
+	var resp struct {
+		LB apiLB `json:"loadbalancer"`
+	}
+	body := map[string]any{"loadbalancer": map[string]any{"name": name, "vip_subnet_id": cp.VIPSubnet.ID}}
+	if _, err := cp.API("POST", "/v2/lbaas/loadbalancers", cloudProject, body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp.LB.ID
 }
 
 // waitLB polls the load balancer until its provisioning status is want
@@ -78,17 +96,8 @@ func TestCloudControlPlaneNoop(t *testing.T) {
 		t.Fatalf("a fresh control plane lists load balancers: %q", out)
 	}
 
-	// The CLI cannot create one without Neutron (it resolves the subnet
-	// there), so this is the user's script's REST call.
 	created := time.Now()
-	var resp struct {
-		LB apiLB `json:"loadbalancer"`
-	}
-	body := map[string]any{"loadbalancer": map[string]any{"name": "lb-noop", "vip_subnet_id": cp.VIPSubnet.ID}}
-	if _, err := cp.API("POST", "/v2/lbaas/loadbalancers", cloudProject, body, &resp); err != nil {
-		t.Fatal(err)
-	}
-	lb := waitLB(t, cp, resp.LB.ID, "ACTIVE", 3*time.Minute)
+	lb := waitLB(t, cp, createLB(t, cp, "lb-noop"), "ACTIVE", 3*time.Minute)
 	t.Logf("create → ACTIVE in %.1fs: %+v", time.Since(created).Seconds(), lb)
 	if !strings.HasPrefix(lb.VIPAddress, "203.0.113.") || lb.VIPPortID == "" {
 		t.Errorf("VIP not from the fabric's VIP subnet: %+v", lb)
@@ -119,6 +128,62 @@ func TestCloudControlPlaneNoop(t *testing.T) {
 	t.Logf("delete → gone in %.1fs", time.Since(deleted).Seconds())
 	if s := cp.Fabric.Servers(); len(s) != 0 {
 		t.Errorf("servers left after delete: %+v", s)
+	}
+	t.Logf("driver calls: %s", strings.Join(cp.Fabric.Calls(), " "))
+	t.Logf("memory:\n%s", strings.Join(cp.Memory(), "\n"))
+}
+
+// TestCloudLoadBalancerVM creates a SINGLE load balancer with Octavia's
+// REST amphora driver: the compute driver boots an amphora VM from the
+// project's image with the agent's package (AMPHORA_AGENT_DEB), the
+// worker's flows reach the agent on the management bridge, plug the VIP
+// and mark the load balancer ACTIVE; the cascade delete removes the VM.
+func TestCloudLoadBalancerVM(t *testing.T) {
+	deb := os.Getenv("AMPHORA_AGENT_DEB")
+	if deb == "" {
+		t.Fatal("AMPHORA_AGENT_DEB is not set (make test-cloud builds the package and sets it)")
+	}
+	img := vm.BuildImage(t)
+	begin := time.Now()
+	cp := cloud.Start(t, cloud.Options{VMs: &cloud.AmphoraVMs{Image: img, Package: deb}})
+	t.Logf("control plane up in %.1fs: %s", time.Since(begin).Seconds(), strings.Join(cp.Timings, ", "))
+
+	created := time.Now()
+	lb := waitLB(t, cp, createLB(t, cp, "lb-vm"), "ACTIVE", 20*time.Minute)
+	createTime := time.Since(created)
+	vms := cp.VMs()
+	if len(vms) != 1 {
+		t.Fatalf("%d VMs after create, want 1", len(vms))
+	}
+	for _, v := range vms {
+		share := cloud.AgentRequests(v.MustExec("journalctl -u amphora-agent --no-pager"))
+		t.Logf("create → ACTIVE in %.1fs (%s); the agent's share: %d requests, first to last answer %.1fs",
+			createTime.Seconds(), vm.Accel(img), share.Requests, share.Span().Seconds())
+		v.MustExec("ip netns exec amphora-haproxy ip -4 addr show | grep -q 'inet " + lb.VIPAddress + "/'")
+	}
+	if lb.OperatingStatus != "ONLINE" {
+		t.Errorf("operating status %s, want ONLINE (the health manager's view of the heartbeats)", lb.OperatingStatus)
+	}
+	// The VIP answers on its network (the controller's namespace is the
+	// VIP subnet's gateway).
+	cloud.WaitFor(t, time.Minute, "a ping of the VIP from its gateway", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := cp.NS.Exec(ctx, "ping", "-c", "1", "-W", "2", lb.VIPAddress)
+		return err == nil
+	})
+	if s := cp.Fabric.Servers(); len(s) == 1 {
+		t.Logf("amphora-agent.conf from the worker:\n%s", s[0].Files["/etc/octavia/amphora-agent.conf"])
+	}
+
+	deleted := time.Now()
+	if _, err := cp.API("DELETE", "/v2/lbaas/loadbalancers/"+lb.ID+"?cascade=true", cloudProject, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitLB(t, cp, lb.ID, "DELETED", 5*time.Minute)
+	t.Logf("delete → gone in %.1fs", time.Since(deleted).Seconds())
+	if n := len(cp.VMs()); n != 0 {
+		t.Errorf("%d VMs left after the delete", n)
 	}
 	t.Logf("driver calls: %s", strings.Join(cp.Fabric.Calls(), " "))
 	t.Logf("memory:\n%s", strings.Join(cp.Memory(), "\n"))
