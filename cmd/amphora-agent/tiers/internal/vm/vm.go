@@ -134,6 +134,8 @@ type VM struct {
 	qmp  *jsonConn
 	qga  *jsonConn
 	nics []nic
+	// nicSeq numbers hot-plugged NICs.
+	nicSeq int
 }
 
 // nic is a hot-plugged NIC; it stays attached across power cycles, as
@@ -370,7 +372,10 @@ func (v *VM) QMP(command string, args any) (json.RawMessage, error) {
 // tap (which must exist), as Nova attaches a port.
 func (v *VM) HotplugNIC(tap, mac string) error {
 	v.mu.Lock()
-	id := fmt.Sprintf("nic%d", len(v.nics)+1)
+	// Ids are never reused: a NIC unplugged earlier may still be
+	// leaving the guest.
+	v.nicSeq++
+	id := fmt.Sprintf("nic%d", v.nicSeq)
 	v.mu.Unlock()
 	if _, err := v.QMP("netdev_add", map[string]any{"type": "tap", "id": id, "ifname": tap, "script": "no", "downscript": "no"}); err != nil {
 		return err
@@ -380,6 +385,49 @@ func (v *VM) HotplugNIC(tap, mac string) error {
 	}
 	v.mu.Lock()
 	v.nics = append(v.nics, nic{id: id, tap: tap, mac: mac})
+	v.mu.Unlock()
+	return nil
+}
+
+// UnplugNIC removes the hot-plugged NIC with mac, as Nova detaches a
+// port: the guest is asked to release the device (ACPI), then its
+// backend goes.
+func (v *VM) UnplugNIC(mac string) error {
+	v.mu.Lock()
+	var found *nic
+	for i := range v.nics {
+		if v.nics[i].mac == mac {
+			found = &v.nics[i]
+		}
+	}
+	v.mu.Unlock()
+	if found == nil {
+		return fmt.Errorf("VM %s has no hot-plugged NIC %s", v.Name, mac)
+	}
+	id := found.id
+	if _, err := v.QMP("device_del", map[string]any{"id": id + "-dev"}); err != nil {
+		return err
+	}
+	// netdev_del is retried while QEMU refuses it: the device may still
+	// be leaving the guest.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := v.QMP("netdev_del", map[string]any{"id": id})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("VM %s: removing NIC %s: %v", v.Name, mac, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	v.mu.Lock()
+	for i := range v.nics {
+		if v.nics[i].id == id {
+			v.nics = append(v.nics[:i], v.nics[i+1:]...)
+			break
+		}
+	}
 	v.mu.Unlock()
 	return nil
 }
