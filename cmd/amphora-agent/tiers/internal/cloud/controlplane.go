@@ -26,9 +26,11 @@ import (
 // bridge, the VIP network's gateway, and where the services listen.
 const (
 	ControllerIP   = "198.51.100.1"
-	ManagementCIDR = "198.51.100.0/24"
+	ManagementCIDR = "198.51.100.0/25"
 	VIPCIDR        = "203.0.113.0/24"
 	VIPGateway     = "203.0.113.1"
+	MemberCIDR     = "198.51.100.128/25"
+	MemberGateway  = "198.51.100.129"
 	HealthPort     = 5555
 	APIAddr        = "127.0.0.1:9876"
 )
@@ -56,10 +58,12 @@ type ControlPlane struct {
 	NS     *topo.Namespace
 	Config string // octavia.conf
 	Fabric *Fabric
-	// The networks the fabric starts with: management (a bridge in NS,
-	// the controller at ControllerIP) and the VIP network.
-	ManagementNet, VIPNet       *Network
-	ManagementSubnet, VIPSubnet *Subnet
+	// The networks the fabric starts with, each a bridge in NS with the
+	// namespace's address on it: management (br-mgmt, the controller at
+	// ControllerIP), VIP (br-vip, VIPGateway) and members (br-member,
+	// MemberGateway; a test serves members from NS on more addresses).
+	ManagementNet, VIPNet, MemberNet          *Network
+	ManagementSubnet, VIPSubnet, MemberSubnet *Subnet
 	Services                    []*Service
 	// Timings of the start-up steps, in order ("mariadb ready 1.2s", ...).
 	Timings []string
@@ -118,21 +122,22 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	c.client = c.NS.HTTPClient(true)
 	c.client.Timeout = 2 * time.Minute
 	c.client.Transport.(*http.Transport).ResponseHeaderTimeout = 2 * time.Minute
-	c.mustNS("ip", "link", "add", "br-mgmt", "type", "bridge")
-	c.mustNS("ip", "addr", "add", ControllerIP+"/24", "dev", "br-mgmt")
-	c.mustNS("ip", "link", "set", "br-mgmt", "up")
-	// The VIP network's bridge, its gateway the controller's namespace
-	// (a client there reaches the VIP).
-	c.mustNS("ip", "link", "add", "br-vip", "type", "bridge")
-	c.mustNS("ip", "addr", "add", VIPGateway+"/24", "dev", "br-vip")
-	c.mustNS("ip", "link", "set", "br-vip", "up")
-	c.ManagementNet, c.ManagementSubnet, err = c.Fabric.AddNetwork("lb-mgmt-net", ManagementCIDR, "", "198.51.100.10", "br-mgmt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.VIPNet, c.VIPSubnet, err = c.Fabric.AddNetwork("vip-net", VIPCIDR, VIPGateway, "203.0.113.10", "br-vip")
-	if err != nil {
-		t.Fatal(err)
+	for _, n := range []struct {
+		name, bridge, cidr, ownAddr, gateway, firstFree string
+		net                                             **Network
+		subnet                                          **Subnet
+	}{
+		{"lb-mgmt-net", "br-mgmt", ManagementCIDR, ControllerIP, "", "198.51.100.10", &c.ManagementNet, &c.ManagementSubnet},
+		{"vip-net", "br-vip", VIPCIDR, VIPGateway, VIPGateway, "203.0.113.10", &c.VIPNet, &c.VIPSubnet},
+		{"member-net", "br-member", MemberCIDR, MemberGateway, MemberGateway, "198.51.100.140", &c.MemberNet, &c.MemberSubnet},
+	} {
+		bits := strings.SplitN(n.cidr, "/", 2)[1]
+		c.mustNS("ip", "link", "add", n.bridge, "type", "bridge")
+		c.mustNS("ip", "addr", "add", n.ownAddr+"/"+bits, "dev", n.bridge)
+		c.mustNS("ip", "link", "set", n.bridge, "up")
+		if *n.net, *n.subnet, err = c.Fabric.AddNetwork(n.name, n.cidr, n.gateway, n.firstFree, n.bridge); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := controllerPKI(c.path("certs")); err != nil {
 		t.Fatal(err)
@@ -276,7 +281,7 @@ func (c *ControlPlane) rabbitEnv() []string {
 	base := c.path("rabbitmq")
 	return []string{
 		"HOME=" + base,
-		"RABBITMQ_NODENAME=rabbit@localhost",
+		"RABBITMQ_NODENAME=rabbit-" + c.NS.Name + "@localhost",
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		"RABBITMQ_NODE_PORT=5672",
 		"RABBITMQ_MNESIA_BASE=" + filepath.Join(base, "mnesia"),
@@ -291,7 +296,7 @@ func (c *ControlPlane) rabbitEnv() []string {
 
 // startRabbitMQ runs epmd in the foreground first (Erlang would otherwise
 // start it as a daemon that leaves its process group), then the broker.
-// Node name and ports are the defaults: the namespace is the test's own.
+// Ports are the defaults: the namespace is the test's own.
 func (c *ControlPlane) startRabbitMQ() {
 	base := c.path("rabbitmq")
 	for name, content := range map[string]string{

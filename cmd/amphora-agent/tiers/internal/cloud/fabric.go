@@ -31,10 +31,12 @@ type Fabric struct {
 // Hypervisor boots and removes what the compute driver asks for. Boot
 // returns once the server runs (or failed); the fabric calls it outside
 // its lock, from a goroutine of its own, as Nova builds asynchronously.
-// Attach plugs a port into a running server, its host side on bridge.
+// Attach plugs a port into a running server, its host side on bridge;
+// Detach unplugs it.
 type Hypervisor interface {
 	Boot(s *Server) error
 	Attach(s *Server, p *Port, bridge string) error
+	Detach(s *Server, p *Port) error
 	Delete(s *Server) error
 }
 
@@ -44,6 +46,7 @@ type PaperHypervisor struct{}
 
 func (PaperHypervisor) Boot(*Server) error                  { return nil }
 func (PaperHypervisor) Attach(*Server, *Port, string) error { return nil }
+func (PaperHypervisor) Detach(*Server, *Port) error         { return nil }
 func (PaperHypervisor) Delete(*Server) error                { return nil }
 
 // Network is a Neutron network.

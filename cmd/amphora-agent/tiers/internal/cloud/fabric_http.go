@@ -33,6 +33,11 @@ var handlers = map[string]handler{
 	"network/plug_aap_port":              unlocked((*Fabric).plugAAPPort),
 	"network/unplug_aap_port":            locked((*Fabric).unplugAAPPort),
 	"network/get_plugged_networks":       locked((*Fabric).pluggedNetworks),
+	"compute/attach_network_or_port":     unlocked((*Fabric).attach),
+	"compute/detach_port":                unlocked((*Fabric).detachPort),
+	"network/unplug_network":             unlocked((*Fabric).unplugNetwork),
+	"network/plug_fixed_ip":              locked((*Fabric).plugFixedIP),
+	"network/unplug_fixed_ip":            locked((*Fabric).unplugFixedIP),
 	"network/delete_port":                locked((*Fabric).deletePort),
 }
 
@@ -462,6 +467,154 @@ func (f *Fabric) pluggedNetworks(a computeCall) (any, error) {
 		out = append(out, interfaceJSON{ComputeID: s.ID, NetworkID: p.NetworkID, PortID: p.ID, FixedIPs: p.FixedIPs})
 	}
 	return out, nil
+}
+
+type attachCall struct {
+	ID        string  `json:"id"`
+	NetworkID *string `json:"network_id"`
+	IPAddress *string `json:"ip_address"`
+	PortID    *string `json:"port_id"`
+}
+
+// attach is Nova's interface attach: the given port, or a new one on the
+// network (with the address asked for), hot-plugged into the server.
+func (f *Fabric) attach(a attachCall) (any, error) {
+	f.mu.Lock()
+	s, err := f.server(a.ID)
+	if err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	var p *Port
+	if id := deref(a.PortID); id != "" {
+		if p = f.ports[id]; p == nil {
+			f.mu.Unlock()
+			return nil, notFound("port", id)
+		}
+	} else if p, err = f.newPort(deref(a.NetworkID), "octavia-member-"+s.ID, deref(a.IPAddress)); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	p.DeviceID, p.DeviceOwner = s.ID, "compute:nova"
+	bridge := f.networks[p.NetworkID].Bridge
+	f.mu.Unlock()
+	if err := f.hypervisor.Attach(s, p, bridge); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.Ports = append(s.Ports, p)
+	return interfaceJSON{ComputeID: s.ID, NetworkID: p.NetworkID, PortID: p.ID, FixedIPs: p.FixedIPs}, nil
+}
+
+// detach unplugs a port from a server (it stays, unbound, as in Nova).
+func (f *Fabric) detach(s *Server, p *Port) error {
+	if err := f.hypervisor.Detach(s, p); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.Ports = without(s.Ports, p)
+	p.DeviceID, p.DeviceOwner = "", ""
+	return nil
+}
+
+type detachCall struct {
+	ID     string `json:"id"`
+	PortID string `json:"port_id"`
+}
+
+func (f *Fabric) detachPort(a detachCall) (any, error) {
+	f.mu.Lock()
+	s, err := f.server(a.ID)
+	p := f.ports[a.PortID]
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, notFound("port", a.PortID)
+	}
+	return map[string]any{}, f.detach(s, p)
+}
+
+type unplugNetworkCall struct {
+	ComputeID string `json:"compute_id"`
+	NetworkID string `json:"network_id"`
+}
+
+// unplugNetwork detaches and deletes the server's ports on the network,
+// as Neutron's driver does.
+func (f *Fabric) unplugNetwork(a unplugNetworkCall) (any, error) {
+	f.mu.Lock()
+	s, err := f.server(a.ComputeID)
+	var ports []*Port
+	if err == nil {
+		for _, p := range s.Ports {
+			if p.NetworkID == a.NetworkID {
+				ports = append(ports, p)
+			}
+		}
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if len(ports) == 0 {
+		return nil, notFound("port of server "+s.ID+" on network", a.NetworkID)
+	}
+	for _, p := range ports {
+		if err := f.detach(s, p); err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		delete(f.ports, p.ID)
+		f.mu.Unlock()
+	}
+	return map[string]any{}, nil
+}
+
+type fixedIPCall struct {
+	PortID    string  `json:"port_id"`
+	SubnetID  string  `json:"subnet_id"`
+	IPAddress *string `json:"ip_address"`
+}
+
+// plugFixedIP adds an address from the subnet to the port.
+func (f *Fabric) plugFixedIP(a fixedIPCall) (any, error) {
+	p, ok := f.ports[a.PortID]
+	if !ok {
+		return nil, notFound("port", a.PortID)
+	}
+	sub, ok := f.subnets[a.SubnetID]
+	if !ok {
+		return nil, notFound("subnet", a.SubnetID)
+	}
+	ip := deref(a.IPAddress)
+	if ip == "" {
+		var err error
+		if ip, err = sub.allocate(); err != nil {
+			return nil, err
+		}
+	}
+	p.FixedIPs = append(p.FixedIPs, FixedIP{SubnetID: sub.ID, IPAddress: ip})
+	return p, nil
+}
+
+// unplugFixedIP removes the port's addresses on the subnet.
+func (f *Fabric) unplugFixedIP(a fixedIPCall) (any, error) {
+	p, ok := f.ports[a.PortID]
+	if !ok {
+		return nil, notFound("port", a.PortID)
+	}
+	var kept []FixedIP
+	for _, ip := range p.FixedIPs {
+		if ip.SubnetID != a.SubnetID {
+			kept = append(kept, ip)
+		}
+	}
+	p.FixedIPs = kept
+	return p, nil
 }
 
 func (f *Fabric) deletePort(a idArgs) (any, error) {

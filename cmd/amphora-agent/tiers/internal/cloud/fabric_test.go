@@ -30,8 +30,8 @@ func call(t *testing.T, c *http.Client, method string, args, out any) int {
 // flows make (as the cloud tier's driver log shows them) through the
 // fabric's wire: the VIP comes from the VIP subnet and is idempotent once
 // the load balancer has a port, the server's first port is on the
-// management network, the VRRP port carries the VIP, and deletes leave
-// no port behind.
+// management network, the VRRP port carries the VIP, a member network is
+// plugged and unplugged, and deletes leave no port behind.
 func TestFabricCreateFlowCalls(t *testing.T) {
 	f := NewFabric(PaperHypervisor{})
 	mgmt, _, err := f.AddNetwork("mgmt", "198.51.100.0/24", "", "198.51.100.10", "")
@@ -93,6 +93,23 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 		t.Fatalf("plugged = %v", plugged)
 	}
 
+	// A member network, as the member flow's network delta plugs it.
+	members, _, err := f.AddNetwork("members", "198.51.100.128/25", "198.51.100.129", "198.51.100.140", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nic map[string]any
+	call(t, c, "compute/attach_network_or_port", map[string]any{"id": built["id"], "network_id": members.ID}, &nic)
+	call(t, c, "network/get_plugged_networks", map[string]any{"compute_id": built["id"]}, &plugged)
+	if len(plugged) != 3 || nic["network_id"] != members.ID || plugged[2]["port_id"] != nic["port_id"] {
+		t.Fatalf("after plugging the member network: %v (attach answered %v)", plugged, nic)
+	}
+	call(t, c, "network/unplug_network", map[string]any{"compute_id": built["id"], "network_id": members.ID}, nil)
+	call(t, c, "network/get_plugged_networks", map[string]any{"compute_id": built["id"]}, &plugged)
+	if len(plugged) != 2 {
+		t.Fatalf("after unplugging the member network: %v", plugged)
+	}
+
 	call(t, c, "network/unplug_aap_port", map[string]any{"vip": vip, "amphora": map[string]any{"id": "a1",
 		"compute_id": built["id"], "vrrp_port_id": aap["vrrp_port_id"]}}, nil)
 	call(t, c, "network/deallocate_vip", map[string]any{"vip": vip}, nil)
@@ -103,7 +120,7 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 	if code := call(t, c, "compute/get_amphora", map[string]any{"id": built["id"]}, nil); code != 404 {
 		t.Errorf("get_amphora of a deleted server: %d, want 404", code)
 	}
-	if code := call(t, c, "network/plug_fixed_ip", map[string]any{}, nil); code != 501 {
+	if code := call(t, c, "network/set_port_admin_state_up", map[string]any{}, nil); code != 501 {
 		t.Errorf("a call the model lacks: %d, want 501", code)
 	}
 }

@@ -106,6 +106,17 @@ func (h *vmHypervisor) Attach(s *Server, p *Port, bridge string) error {
 	return h.c.bridgePort(tap, bridge)
 }
 
+// Detach unplugs the port's NIC from the VM (its tap goes with the VM).
+func (h *vmHypervisor) Detach(s *Server, p *Port) error {
+	h.mu.Lock()
+	v := h.vms[s.ID]
+	h.mu.Unlock()
+	if v == nil {
+		return fmt.Errorf("server %s has no VM", s.ID)
+	}
+	return v.UnplugNIC(p.MACAddress)
+}
+
 // Delete powers the VM off and removes its taps (the VM's folder goes
 // with the test).
 func (h *vmHypervisor) Delete(s *Server) error {
@@ -166,7 +177,7 @@ func (c *ControlPlane) startDHCP() {
 	}
 	log := c.path("logs", "dnsmasq.out")
 	s := c.startService("dnsmasq", log, nil, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
-		"--interface=br-mgmt", "--bind-interfaces", "--dhcp-range=198.51.100.0,static,255.255.255.0,1h",
+		"--interface=br-mgmt", "--bind-interfaces", "--dhcp-range=198.51.100.0,static,255.255.255.128,1h",
 		"--dhcp-hostsfile="+hosts, "--dhcp-leasefile="+c.path("dhcp-leases"), "--pid-file="+c.path("dnsmasq.pid"),
 		"--dhcp-option=3", "--dhcp-option=6", "--log-dhcp", "--log-facility=-", "--user=root")
 	c.waitReady(s, 30*time.Second, func() error { return logHas(log, "DHCP, static leases only") })
