@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/cloud"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vm"
 )
 
@@ -137,7 +138,9 @@ func TestCloudControlPlaneNoop(t *testing.T) {
 // REST amphora driver: the compute driver boots an amphora VM from the
 // project's image with the agent's package (AMPHORA_AGENT_DEB), the
 // worker's flows reach the agent on the management bridge, plug the VIP
-// and mark the load balancer ACTIVE; the cascade delete removes the VM.
+// and mark the load balancer ACTIVE and ONLINE; then an HTTP listener, a
+// pool and two members serve through the VIP; the cascade delete removes
+// the VM.
 func TestCloudLoadBalancerVM(t *testing.T) {
 	deb := os.Getenv("AMPHORA_AGENT_DEB")
 	if deb == "" {
@@ -175,6 +178,7 @@ func TestCloudLoadBalancerVM(t *testing.T) {
 	if s := cp.Fabric.Servers(); len(s) == 1 {
 		t.Logf("amphora-agent.conf from the worker:\n%s", s[0].Files["/etc/octavia/amphora-agent.conf"])
 	}
+	serveThroughVIP(t, cp, lb)
 
 	deleted := time.Now()
 	if _, err := cp.API("DELETE", "/v2/lbaas/loadbalancers/"+lb.ID+"?cascade=true", cloudProject, nil, nil); err != nil {
@@ -187,4 +191,67 @@ func TestCloudLoadBalancerVM(t *testing.T) {
 	}
 	t.Logf("driver calls: %s", strings.Join(cp.Fabric.Calls(), " "))
 	t.Logf("memory:\n%s", strings.Join(cp.Memory(), "\n"))
+}
+
+// serveThroughVIP adds an HTTP listener and a pool with the CLI, two
+// members on the member network through REST (the CLI's --subnet-id
+// needs Neutron), each step ACTIVE before the next, and checks that
+// requests to the VIP reach both members: the member flow's network
+// delta hot-plugs the member network into the amphora.
+func serveThroughVIP(t *testing.T, cp *cloud.ControlPlane, lb apiLB) {
+	t.Helper()
+	step := func(what string, do func()) {
+		t.Helper()
+		start := time.Now()
+		do()
+		waitLB(t, cp, lb.ID, "ACTIVE", 5*time.Minute)
+		t.Logf("%s → ACTIVE in %.1fs", what, time.Since(start).Seconds())
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := cp.OpenStack(args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	step("listener HTTP:80", func() {
+		cli("loadbalancer", "listener", "create", "--name", "l1", "--protocol", "HTTP", "--protocol-port", "80", lb.ID)
+	})
+	var pool string
+	step("pool ROUND_ROBIN", func() {
+		pool = cli("loadbalancer", "pool", "create", "--name", "p1", "--lb-algorithm", "ROUND_ROBIN", "--listener", "l1",
+			"--protocol", "HTTP", "-f", "value", "-c", "id")
+	})
+	members := map[string]string{"198.51.100.130": "member-1", "198.51.100.131": "member-2"}
+	for addr, name := range members {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cp.NS.Exec(ctx, "ip", "addr", "add", addr+"/25", "dev", "br-member")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp.NS.ServeHTTP(t, addr+":8080", topo.MemberHandler(name))
+	}
+	for addr, name := range members {
+		step("member "+name, func() {
+			body := map[string]any{"member": map[string]any{"name": name, "address": addr, "protocol_port": 8080,
+				"subnet_id": cp.MemberSubnet.ID}}
+			if _, err := cp.API("POST", "/v2/lbaas/pools/"+pool+"/members", cloudProject, body, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	client := cp.NS.HTTPClient(false)
+	seen := map[string]int{}
+	cloud.WaitFor(t, 2*time.Minute, "both members answering through the VIP", func() bool {
+		resp, err := client.Get("http://" + lb.VIPAddress + "/")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		seen[resp.Header.Get("X-Member")]++
+		return seen["member-1"] > 0 && seen["member-2"] > 0
+	})
+	t.Logf("answers through the VIP: %v", seen)
 }
