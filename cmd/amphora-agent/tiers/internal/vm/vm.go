@@ -111,6 +111,12 @@ type Options struct {
 	// InstanceID is the Nova instance uuid on the config drive.
 	InstanceID string
 	MemoryMB   int
+	// ManagementTap, when set, backs the management NIC (PCI slot 3,
+	// MAC ManagementMAC) with that tap device instead of QEMU user
+	// networking: the cloud tier puts it on the controller's management
+	// bridge, where the VM gets its address by DHCP. APIPort is then 0.
+	ManagementTap string
+	ManagementMAC string
 }
 
 // VM is one running amphora VM.
@@ -128,6 +134,8 @@ type VM struct {
 	qmp  *jsonConn
 	qga  *jsonConn
 	nics []nic
+	// nicSeq numbers hot-plugged NICs.
+	nicSeq int
 }
 
 // nic is a hot-plugged NIC; it stays attached across power cycles, as
@@ -177,7 +185,9 @@ func Start(t testing.TB, img Image, o Options) *VM {
 		os.WriteFile(filepath.Join(pkgDir, "amphora-agent.deb"), data, 0o644)
 	}
 	run("xorriso", "-as", "mkisofs", "-quiet", "-V", "amphora-pkg", "-J", "-r", "-o", v.path("pkg.iso"), pkgDir)
-	v.APIPort = freePort(t)
+	if o.ManagementTap == "" {
+		v.APIPort = freePort(t)
+	}
 	v.boot()
 	return v
 }
@@ -235,27 +245,40 @@ func (v *VM) boot() {
 		"-drive", "file=" + v.path("disk.qcow2") + ",if=virtio,format=qcow2,cache=unsafe",
 		"-drive", "file=" + v.path("config-drive.iso") + ",if=virtio,format=raw,readonly=on",
 		"-drive", "file=" + v.path("pkg.iso") + ",if=virtio,format=raw,readonly=on",
-		// The management NIC sits in PCI slot 3, where the image's
-		// network config expects it.
-		"-netdev", fmt.Sprintf("user,id=mgmt,net=192.0.2.0/24,hostfwd=tcp:127.0.0.1:%d-:9443", v.APIPort),
-		"-device", "virtio-net-pci,netdev=mgmt,mac=52:54:00:c0:00:02,addr=3",
-		"-chardev", "socket,id=qga,path=" + v.path("qga.sock") + ",server=on,wait=off",
-		"-device", "virtio-serial", "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
-		"-qmp", "unix:" + v.path("qmp.sock") + ",server=on,wait=off",
 	}
+	var taps []*os.File
+	openFD := func(tap string) int {
+		f, err := openTap(tap)
+		if err != nil {
+			t.Fatalf("VM %s: %v", v.Name, err)
+		}
+		taps = append(taps, f)
+		return 2 + len(taps) // ExtraFiles start at fd 3
+	}
+	defer func() {
+		for _, f := range taps {
+			f.Close()
+		}
+	}()
+	// The management NIC sits in PCI slot 3, where the image's network
+	// config expects it.
+	if v.opts.ManagementTap != "" {
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=mgmt,fd=%d", openFD(v.opts.ManagementTap)),
+			"-device", "virtio-net-pci,netdev=mgmt,mac="+v.opts.ManagementMAC+",addr=3")
+	} else {
+		args = append(args, "-netdev", fmt.Sprintf("user,id=mgmt,net=192.0.2.0/24,hostfwd=tcp:127.0.0.1:%d-:9443", v.APIPort),
+			"-device", "virtio-net-pci,netdev=mgmt,mac=52:54:00:c0:00:02,addr=3")
+	}
+	// After the management NIC, which claims slot 3 explicitly.
+	args = append(args, "-chardev", "socket,id=qga,path="+v.path("qga.sock")+",server=on,wait=off",
+		"-device", "virtio-serial", "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+		"-qmp", "unix:"+v.path("qmp.sock")+",server=on,wait=off")
 	// NICs hot-plugged before a power-off are there at the next boot.
 	v.mu.Lock()
 	nics := v.nics
 	v.mu.Unlock()
-	var taps []*os.File
-	for i, n := range nics {
-		f, err := openTap(n.tap)
-		if err != nil {
-			t.Fatalf("VM %s: %v", v.Name, err)
-		}
-		defer f.Close()
-		taps = append(taps, f)
-		args = append(args, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d", n.id, 3+i),
+	for _, n := range nics {
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=%s,fd=%d", n.id, openFD(n.tap)),
 			"-device", fmt.Sprintf("virtio-net-pci,netdev=%s,mac=%s,id=%s-dev", n.id, n.mac, n.id))
 	}
 	cmd := exec.Command("qemu-system-x86_64", args...)
@@ -349,7 +372,10 @@ func (v *VM) QMP(command string, args any) (json.RawMessage, error) {
 // tap (which must exist), as Nova attaches a port.
 func (v *VM) HotplugNIC(tap, mac string) error {
 	v.mu.Lock()
-	id := fmt.Sprintf("nic%d", len(v.nics)+1)
+	// Ids are never reused: a NIC unplugged earlier may still be
+	// leaving the guest.
+	v.nicSeq++
+	id := fmt.Sprintf("nic%d", v.nicSeq)
 	v.mu.Unlock()
 	if _, err := v.QMP("netdev_add", map[string]any{"type": "tap", "id": id, "ifname": tap, "script": "no", "downscript": "no"}); err != nil {
 		return err
@@ -359,6 +385,49 @@ func (v *VM) HotplugNIC(tap, mac string) error {
 	}
 	v.mu.Lock()
 	v.nics = append(v.nics, nic{id: id, tap: tap, mac: mac})
+	v.mu.Unlock()
+	return nil
+}
+
+// UnplugNIC removes the hot-plugged NIC with mac, as Nova detaches a
+// port: the guest is asked to release the device (ACPI), then its
+// backend goes.
+func (v *VM) UnplugNIC(mac string) error {
+	v.mu.Lock()
+	var found *nic
+	for i := range v.nics {
+		if v.nics[i].mac == mac {
+			found = &v.nics[i]
+		}
+	}
+	v.mu.Unlock()
+	if found == nil {
+		return fmt.Errorf("VM %s has no hot-plugged NIC %s", v.Name, mac)
+	}
+	id := found.id
+	if _, err := v.QMP("device_del", map[string]any{"id": id + "-dev"}); err != nil {
+		return err
+	}
+	// netdev_del is retried while QEMU refuses it: the device may still
+	// be leaving the guest.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := v.QMP("netdev_del", map[string]any{"id": id})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("VM %s: removing NIC %s: %v", v.Name, mac, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	v.mu.Lock()
+	for i := range v.nics {
+		if v.nics[i].id == id {
+			v.nics = append(v.nics[:i], v.nics[i+1:]...)
+			break
+		}
+	}
 	v.mu.Unlock()
 	return nil
 }
