@@ -236,6 +236,13 @@ func (b *buffer) String() string {
 	return b.buf.String()
 }
 
+// Preamble is how a test config starts: maxconn and a user-level stats
+// socket at sock, then HTTP defaults with timeouts short enough for a test.
+func Preamble(maxconn int, sock string) string {
+	return fmt.Sprintf("global\n    maxconn %d\n    stats socket %s mode 0666 level user\n"+
+		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n", maxconn, sock)
+}
+
 // FreePort returns a loopback TCP port that was free a moment ago, for
 // a frontend, a member or the agent itself.
 func FreePort(t testing.TB) int {
