@@ -6,6 +6,7 @@ package testkit
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -49,6 +50,32 @@ func RequireRoot(t testing.TB, why string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: " + why)
 	}
+}
+
+// File is one file a test read from its testdata.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// ReadFiles reads every file matching pattern, in name order, and fails
+// the test when none matches: a seed corpus or a golden set that went
+// missing must not let a test pass on nothing.
+func ReadFiles(t testing.TB, pattern string) []File {
+	t.Helper()
+	paths, err := filepath.Glob(pattern)
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no files match %s: %v", pattern, err)
+	}
+	files := make([]File, len(paths))
+	for i, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[i] = File{Path: p, Data: data}
+	}
+	return files
 }
 
 // Delays stands in for time.After where code takes its clock as a
