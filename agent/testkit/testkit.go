@@ -5,6 +5,7 @@
 package testkit
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,4 +103,23 @@ func (c *Delays) Asked() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.asked)
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a child
+// process's output can be read while the process writes it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
