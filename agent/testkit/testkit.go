@@ -105,6 +105,18 @@ func (c *Delays) Asked() []time.Duration {
 	return slices.Clone(c.asked)
 }
 
+// WriteFile writes content to path, owner-only, making its folder first:
+// for a test laying out the files a component finds on disk.
+func WriteFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // SyncBuffer is a bytes.Buffer safe for concurrent use: a child
 // process's output can be read while the process writes it.
 type SyncBuffer struct {

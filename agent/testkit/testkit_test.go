@@ -83,3 +83,15 @@ func TestReadFilesInNameOrderAndNoneIsFatal(t *testing.T) {
 		t.Fatalf("no match: got %v, fatal %q; want nothing and a fatal", got, r.fatal)
 	}
 }
+
+func TestWriteFileMakesTheFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "b", "f.conf")
+	WriteFile(t, path, "x = 1\n")
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("stat: %v, %v; want a 0600 file", fi, err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "x = 1\n" {
+		t.Fatalf("content %q", got)
+	}
+}

@@ -379,8 +379,11 @@ func (e *Env) Do(method, path string, body []byte) (int, string, []byte) {
 // their whole harness through one package.
 var WaitFor = testkit.WaitFor
 
-// SyncBuffer is testkit.SyncBuffer, here for the same reason as WaitFor.
+// SyncBuffer and WriteFile are testkit's, here for the same reason as
+// WaitFor.
 type SyncBuffer = testkit.SyncBuffer
+
+var WriteFile = testkit.WriteFile
 
 // Count returns how many lines of the agent's output contain all of subs.
 func (e *Env) Count(subs ...string) int {
