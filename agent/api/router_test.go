@@ -371,12 +371,7 @@ type panicky struct{ *fakeService }
 func (panicky) Info(context.Context) (agent.Info, error) { panic("bug") }
 
 func TestLoadBalancerRoutes(t *testing.T) {
-	cases := []struct {
-		method, path, body string
-		status             int
-		resp, etag, ctype  string
-		calls              []string
-	}{
+	cases := []routeCase{
 		{"PUT", "/1.0/loadbalancer/amp1/lb1/haproxy", "cfg", 202, `{"message":"OK"}`, "etag-lb1", "application/json",
 			[]string{"upload amp1 lb1 cfg"}},
 		{"GET", "/1.0/loadbalancer/lb1/haproxy", "", 200, "global\n", "md5-lb1", "text/plain; charset=UTF-8",
@@ -398,16 +393,6 @@ func TestLoadBalancerRoutes(t *testing.T) {
 		{"DELETE", "/1.0/loadbalancer/lb1/haproxy", "", 405, methodBody, "", "application/json", nil},
 	}
 	for _, c := range cases {
-		f := newFake()
-		h := NewHandler(f, zap.NewNop(), Options{})
-		req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != c.status || rec.Body.String() != c.resp || rec.Header().Get("ETag") != c.etag ||
-			rec.Header().Get("Content-Type") != c.ctype || strings.Join(f.calls, "|") != strings.Join(c.calls, "|") {
-			t.Errorf("%s %s = %d %q etag=%q type=%q calls=%q\nwant %d %q etag=%q type=%q calls=%q", c.method, c.path,
-				rec.Code, rec.Body.String(), rec.Header().Get("ETag"), rec.Header().Get("Content-Type"), f.calls,
-				c.status, c.resp, c.etag, c.ctype, c.calls)
-		}
+		checkRoute(t, c)
 	}
 }
