@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/amphora-agent/amphora-agent/agent"
@@ -39,6 +40,22 @@ func (s *server) listeners(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// store hands the request body to save, which stores it and returns its
+// ETag, and answers status with the ETag: every upload answers this way.
+func (s *server) store(w http.ResponseWriter, r *http.Request, status int, save func(ctx context.Context, body []byte) (string, error)) error {
+	body, err := s.body(r)
+	if err != nil {
+		return err
+	}
+	etag, err := save(r.Context(), body)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("ETag", etag)
+	writeJSON(w, status, ok())
 	return nil
 }
 
