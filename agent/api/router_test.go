@@ -222,6 +222,10 @@ func TestRouting(t *testing.T) {
 		{"PUT", "/1.0/info", 405, methodBody},
 		{"HEAD", "/1.0/info", 200, `{"hostname":"amp","haproxy_version":"2.6.12","api_version":"1.0","keepalived_version":"","ipvsadm_version":""}`},
 		{"POST", "/", 405, methodBody},
+		{"GET", "/1.0/details", 200, `{"hostname":"amp","haproxy_version":"","api_version":"","networks":null,"active":false,"haproxy_count":0,` +
+			`"cpu_count":0,"cpu":{"total":0,"user":"","system":"","soft_irq":""},"memory":{"total":0,"free":0,"buffers":0,"cached":0,` +
+			`"swap_used":0,"shared":0,"slab":0},"disk":{"used":0,"available":0},"load":null,"active_tuned_profiles":"","topology":"",` +
+			`"topology_status":"","listeners":[],"packages":null,"lvs_listener_process_count":0,"keepalived_version":"","ipvsadm_version":""}`},
 		{"DELETE", "/1.0/details", 405, methodBody},
 		{"GET", "/1.0/config", 405, methodBody},
 		{"PUT", "/1.0/config", 202, `{"message":"OK"}`},
