@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
 const debianPython = "/usr/bin/python3"
