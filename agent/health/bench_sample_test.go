@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
 // Heartbeat sizes of BenchmarkHeartbeat: 1 LB × 50 listeners × 200 members.
@@ -26,14 +24,7 @@ func TestBenchSample(t *testing.T) {
 		t.Skip("AMPHORA_BENCH_OUT is not set (make bench sets it)")
 	}
 	csv := sampleCSV(benchListeners, benchMembers)
-	rows, err := stats.ParseStat(csv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reading, err := FromRows(rows)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reading := readingOf(t, csv)
 	msg := NewBuilder(nil).Build(sampleAmphora, reading)
 	doc, err := json.Marshal(msg)
 	if err != nil {

@@ -308,6 +308,21 @@ func uuid(n int) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", uint32(h), uint16(h>>32), uint16(h>>48)&0xfff, uint16(h2)&0xfff, h2>>16&0xffffffffffff)
 }
 
+// readingOf parses a `show stat` answer into a Reading, as a heartbeat
+// does.
+func readingOf(tb testing.TB, csv []byte) Reading {
+	tb.Helper()
+	rows, err := stats.ParseStat(csv)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r, err := FromRows(rows)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
 // sampleCSV renders `show stat` for listeners × members per listener.
 func sampleCSV(listeners, members int) []byte {
 	var b strings.Builder

@@ -5,7 +5,9 @@
 package testkit
 
 import (
+	"bytes"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -51,6 +53,32 @@ func RequireRoot(t testing.TB, why string) {
 	}
 }
 
+// File is one file a test read from its testdata.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// ReadFiles reads every file matching pattern, in name order, and fails
+// the test when none matches: a seed corpus or a golden set that went
+// missing must not let a test pass on nothing.
+func ReadFiles(t testing.TB, pattern string) []File {
+	t.Helper()
+	paths, err := filepath.Glob(pattern)
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no files match %s: %v", pattern, err)
+	}
+	files := make([]File, len(paths))
+	for i, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[i] = File{Path: p, Data: data}
+	}
+	return files
+}
+
 // Delays stands in for time.After where code takes its clock as a
 // function: it records every delay asked for and lets it pass at once, so
 // a test checks the waits (a backoff series, a settle time) without
@@ -75,4 +103,35 @@ func (c *Delays) Asked() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.asked)
+}
+
+// WriteFile writes content to path, owner-only, making its folder first:
+// for a test laying out the files a component finds on disk.
+func WriteFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a child
+// process's output can be read while the process writes it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

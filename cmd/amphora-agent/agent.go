@@ -57,13 +57,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := cmdline.New("amphora-agent", cli.UsageText(), cli.Version, stdout, stderr)
 	var files cli.ConfigFiles
 	fs.Var(&files, "config-file", "configuration file (repeatable; later files override earlier ones)")
-	if code, exit := fs.Parse(args); exit {
+	if code, exit := fs.ParseNoArgs(args); exit {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "amphora-agent: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage(stderr)
-		return cmdline.ExitUsage
 	}
 	files, cfg, warnings, err := cli.LoadConfig(files)
 	if err != nil {

@@ -19,16 +19,7 @@ func TestRealHAProxy(t *testing.T) {
 	dir := haproxytest.ShortDir(t)
 	sock := filepath.Join(dir, "lb.sock")
 	fe, member := haproxytest.FreePort(t), haproxytest.FreePort(t)
-	cfg := fmt.Sprintf(`global
-    maxconn 100
-    stats socket %s mode 0666 level user
-
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 5s
-    timeout server 5s
-
+	cfg := haproxytest.Preamble(100, sock) + fmt.Sprintf(`
 frontend listener-1
     bind 127.0.0.1:%d
     default_backend pool-1:listener-1
@@ -36,7 +27,7 @@ frontend listener-1
 backend pool-1:listener-1
     server member-1 127.0.0.1:%d weight 0
     server member-2 127.0.0.1:%d disabled
-`, sock, fe, member, member)
+`, fe, member, member)
 	// A drained (weight 0) and a disabled member leave the backend without
 	// usable weight: HAProxy reports it DOWN.
 	hp := haproxytest.Start(t, haproxytest.Options{Config: cfg, Dir: dir, StatsSocket: sock})
@@ -98,8 +89,7 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 	dir := haproxytest.ShortDir(t)
 	sock := filepath.Join(dir, "lb.sock")
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global\n    maxconn 100\n    stats socket %s mode 0666 level user\n"+
-		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n", sock)
+	cfg.WriteString(haproxytest.Preamble(100, sock))
 	for l := range 10 {
 		fmt.Fprintf(&cfg, "frontend listener-%d\n    bind 127.0.0.1:%d\n    default_backend pool-%d:listener-%d\n"+
 			"backend pool-%d:listener-%d\n", l, haproxytest.FreePort(t), l, l, l, l)

@@ -58,13 +58,8 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	var files ConfigFiles
 	fs.Var(&files, "config-file", "configuration file (repeatable), as given to the agent")
 	asJSON := fs.Bool("json", false, "print the status as a JSON document")
-	if code, exit := fs.Parse(args); exit {
+	if code, exit := fs.ParseNoArgs(args); exit {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "amphora-agent status: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage(stderr)
-		return cmdline.ExitUsage
 	}
 	files, cfg, _, err := LoadConfig(files)
 	if err != nil {

@@ -2,33 +2,18 @@ package cli
 
 import (
 	"io"
-	"net"
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
-// fakeStatsSocket answers each connection with reply and closes it.
+// fakeStatsSocket answers each command with reply and closes the
+// connection.
 func fakeStatsSocket(t *testing.T, reply string) string {
-	t.Helper()
 	path := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			buf := make([]byte, 64)
-			c.Read(buf)
-			io.WriteString(c, reply)
-			c.Close()
-		}
-	}()
+	haproxytest.ServeFake(t, path, func(string) (string, bool) { return reply, false })
 	return path
 }
 

@@ -74,6 +74,45 @@ func fill(t *testing.T, dir string) {
 	}
 }
 
+// unfill gives back the room fill took.
+func unfill(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// namesFullDisk tells whether an answer names the full disk.
+func namesFullDisk(body []byte) bool {
+	return strings.Contains(strings.ToLower(string(body)), "no space left on device")
+}
+
+// startFailsOnFullDisk asks for a start at path and expects a 500 that
+// names the full disk.
+func startFailsOnFullDisk(t *testing.T, e *testenv.Env, path string) {
+	t.Helper()
+	status, _, body := e.Do("PUT", path, nil)
+	if status != 500 || !namesFullDisk(body) {
+		t.Errorf("start on a full disk: %d %s", status, body)
+	}
+	t.Logf("start on a full disk: %d %s", status, body)
+}
+
+// restartAdopts restarts the agent and expects it to adopt the running
+// daemon (its log says "adopted running <name>"), whose main process must
+// still be main.
+func restartAdopts(t *testing.T, e *testenv.Env, comm, name, cfgPath string, main int) {
+	t.Helper()
+	e.Stop()
+	e.Start()
+	testenv.WaitFor(t, 10*time.Second, "the restarted agent to adopt "+name, func() bool {
+		return strings.Contains(e.Output(), "adopted running "+name)
+	})
+	if now := mainsOf(comm, cfgPath); len(now) != 1 || now[0] != main {
+		t.Errorf("%s main processes after an agent restart: %v, want [%d]\n%s", comm, now, main, e.Output())
+	}
+}
+
 // startedOnTmpfs runs an agent with its state on a small tmpfs, uploads
 // lb's config (binding bind) and starts it; it returns the agent and the
 // config.
@@ -128,14 +167,14 @@ func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
 	}
 	for _, w := range writes {
 		status, ctype, body := e.Do(w.method, w.path, []byte(w.body))
-		if status != 500 || ctype != "application/json" || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+		if status != 500 || ctype != "application/json" || !namesFullDisk(body) {
 			t.Errorf("%s %s on a full disk: %d %s %s", w.method, w.path, status, ctype, body)
 		}
 	}
 
 	// Stop stops HAProxy, and says its state could not be recorded.
 	status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/stop", nil)
-	if status != 500 || !strings.Contains(string(body), "HAProxy stopped") || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+	if status != 500 || !strings.Contains(string(body), "HAProxy stopped") || !namesFullDisk(body) {
 		t.Errorf("stop on a full disk: %d %s", status, body)
 	}
 	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return !isHAProxy(master) })
@@ -168,7 +207,7 @@ func TestFullDiskPlugAnswers(t *testing.T) {
 		{"PUT", "/1.0/interface/" + netVRRP + "/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`},
 	} {
 		status, ctype, body := e.Do(c.method, c.path, []byte(c.body))
-		if status != 500 || ctype != "application/json" || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+		if status != 500 || ctype != "application/json" || !namesFullDisk(body) {
 			t.Errorf("%s %s on a full disk: %d %s %s", c.method, c.path, status, ctype, body)
 		}
 	}
@@ -197,18 +236,12 @@ func TestFullDiskStartLeavesNoStrayHAProxy(t *testing.T) {
 	// Fill again: the stop freed the pid file's and the socket's pages.
 	fill(t, e.Dir)
 
-	status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil)
-	if status != 500 || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
-		t.Errorf("start on a full disk: %d %s", status, body)
-	}
-	t.Logf("start on a full disk: %d %s", status, body)
+	startFailsOnFullDisk(t, e, "/1.0/loadbalancer/"+lb+"/start")
 	// The agent retries in the background; none of its attempts may
 	// leave a master running while the disk is full.
 	noneRuns(t, e, "haproxy", cfgPath)
 
-	if err := os.Remove(filepath.Join(e.Dir, "filler")); err != nil {
-		t.Fatal(err)
-	}
+	unfill(t, e.Dir)
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/start", nil); status != 202 {
 		t.Fatalf("start with room again: %d %s\n%s", status, body, e.Output())
 	}
@@ -216,14 +249,7 @@ func TestFullDiskStartLeavesNoStrayHAProxy(t *testing.T) {
 	if len(masters) != 1 {
 		t.Fatalf("masters after the start: %v", masters)
 	}
-	e.Stop()
-	e.Start()
-	testenv.WaitFor(t, 10*time.Second, "the restarted agent to adopt HAProxy", func() bool {
-		return strings.Contains(e.Output(), "adopted running HAProxy")
-	})
-	if now := mainsOf("haproxy", cfgPath); len(now) != 1 || now[0] != masters[0] {
-		t.Errorf("masters after an agent restart: %v, want [%d]\n%s", now, masters[0], e.Output())
-	}
+	restartAdopts(t, e, "haproxy", "HAProxy", cfgPath, masters[0])
 	if status, _, body := e.Do("GET", "/1.0/listeners", nil); status != 200 || !strings.Contains(string(body), "ACTIVE") {
 		t.Errorf("listeners after an agent restart: %d %s", status, body)
 	}
@@ -372,16 +398,10 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 	fill(t, e.Dir)
 	e.Start()
 	noneRuns(t, e, "keepalived", cfgPath)
-	status, _, body := e.Do("PUT", "/1.0/vrrp/start", nil)
-	if status != 500 || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
-		t.Errorf("start on a full disk: %d %s", status, body)
-	}
-	t.Logf("start on a full disk: %d %s", status, body)
+	startFailsOnFullDisk(t, e, "/1.0/vrrp/start")
 	noneRuns(t, e, "keepalived", cfgPath)
 
-	if err := os.Remove(filepath.Join(e.Dir, "filler")); err != nil {
-		t.Fatal(err)
-	}
+	unfill(t, e.Dir)
 	// The agent's own retry may win the race: a start then reloads.
 	if status, _, body := e.Do("PUT", "/1.0/vrrp/start", nil); status != 202 {
 		t.Fatalf("start with room again: %d %s\n%s", status, body, e.Output())
@@ -390,20 +410,13 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 	if len(mains) != 1 || mains[0] != a.keepalivedPid() {
 		t.Fatalf("keepalived main processes after the start: %v, pid file names %d", mains, a.keepalivedPid())
 	}
-	e.Stop()
-	e.Start()
-	testenv.WaitFor(t, 10*time.Second, "the restarted agent to adopt keepalived", func() bool {
-		return strings.Contains(e.Output(), "adopted running keepalived")
-	})
-	if now := mainsOf("keepalived", cfgPath); len(now) != 1 || now[0] != mains[0] {
-		t.Errorf("keepalived main processes after an agent restart: %v, want [%d]\n%s", now, mains[0], e.Output())
-	}
+	restartAdopts(t, e, "keepalived", "keepalived", cfgPath, mains[0])
 
 	// Stop on a full disk stops keepalived (a backup left running would
 	// keep bidding for the VIP) and says its state could not be recorded.
 	fill(t, e.Dir)
-	status, _, body = e.Do("PUT", "/1.0/vrrp/stop", nil)
-	if status != 500 || !strings.Contains(string(body), "keepalived stopped") || !strings.Contains(strings.ToLower(string(body)), "no space left on device") {
+	status, _, body := e.Do("PUT", "/1.0/vrrp/stop", nil)
+	if status != 500 || !strings.Contains(string(body), "keepalived stopped") || !namesFullDisk(body) {
 		t.Errorf("stop on a full disk: %d %s", status, body)
 	}
 	testenv.WaitFor(t, 10*time.Second, "keepalived to stop", func() bool {

@@ -83,7 +83,7 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 	cfg := hbConfig(t, base, front, members)
 	// Not under the agent's supervision: user nobody would need root.
 	cfg = strings.Replace(cfg, "    user nobody\n", "", 1)
-	hbWriteFile(t, layout.ConfigPath(hbLB), cfg)
+	testenv.WriteFile(t, layout.ConfigPath(hbLB), cfg)
 	hp := haproxytest.Start(t, haproxytest.Options{
 		Config: cfg, ConfigPath: layout.ConfigPath(hbLB), PidFile: layout.PidPath(hbLB),
 		StatsSocket: layout.SocketPath(hbLB),

@@ -5,7 +5,6 @@ package tiers_test
 import (
 	"bytes"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"text/template"
@@ -98,15 +97,5 @@ func (r *hbReceiver) waitFor(timeout time.Duration, key, what string, cond func(
 			return m, d
 		}
 		last = &m
-	}
-}
-
-func hbWriteFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }

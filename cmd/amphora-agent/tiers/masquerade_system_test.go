@@ -20,9 +20,7 @@ import (
 // `interface down` removes one interface's rules and no other's.
 func TestMasqueradeScriptIdempotent(t *testing.T) {
 	n := newNetTopology(t)
-	script := filepath.Join(packagingDir(), "lvs-masquerade.sh")
-	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", n.amp.Name, script)
-	n.env.Start()
+	n.startWithMasquerade()
 
 	vipBody, memberBody := n.plugBodies(false)
 	for path, body := range map[string]string{"/1.0/plug/vip/" + netVIP: vipBody, "/1.0/plug/network": memberBody} {
@@ -77,6 +75,14 @@ func TestMasqueradeScriptIdempotent(t *testing.T) {
 	check("after interface up eth2 twice", want)
 }
 
+// startWithMasquerade starts the agent in its namespace with the packaged
+// LVS masquerade script.
+func (n *netTopology) startWithMasquerade() {
+	script := filepath.Join(packagingDir(), "lvs-masquerade.sh")
+	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", n.amp.Name, script)
+	n.env.Start()
+}
+
 // masqueradeRules lists the rules of upstream's masquerade tables in the
 // agent's namespace as "family table chain: rule", sorted.
 func (n *netTopology) masqueradeRules(t *testing.T) []string {
@@ -111,9 +117,7 @@ func (n *netTopology) masqueradeRules(t *testing.T) []string {
 // load balancer answers 503), while the VIP keeps only what its rules allow.
 func TestVIPRulesLetTCPMembersAnswer(t *testing.T) {
 	r := newNetRig(t)
-	script := filepath.Join(packagingDir(), "lvs-masquerade.sh")
-	r.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", r.amp.Name, script)
-	r.env.Start()
+	r.startWithMasquerade()
 	vipBody, memberBody := r.plugBodies(true)
 	r.call(t, "POST", "/1.0/plug/vip/"+netVIP, vipBody, 202)
 	r.call(t, "POST", "/1.0/plug/network", memberBody, 202)

@@ -25,14 +25,7 @@ func TestMutationQueuesPastTheBudget(t *testing.T) {
 
 	// The check runs as an unprivileged user: the script's folder must be
 	// open to it, and the marker folder writable.
-	dir, err := os.MkdirTemp("", "queue-lua-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir := openToAll(t)
 	const checkSleep = 24
 	slow := func(gen int) string {
 		script := filepath.Join(dir, fmt.Sprintf("slow-%d.lua", gen))

@@ -60,6 +60,21 @@ func (f *Flags) Parse(args []string) (code int, exit bool) {
 	return 0, false
 }
 
+// ParseNoArgs is Parse for a command that takes flags only: an argument
+// left after the flags is refused like a bad flag, with the usage on
+// stderr and ExitUsage.
+func (f *Flags) ParseNoArgs(args []string) (code int, exit bool) {
+	if code, exit := f.Parse(args); exit {
+		return code, true
+	}
+	if f.NArg() > 0 {
+		fmt.Fprintf(f.stderr, "%s: unexpected argument %q\n", f.Name(), f.Arg(0))
+		f.Usage(f.stderr)
+		return ExitUsage, true
+	}
+	return 0, false
+}
+
 // Usage prints the usage text and the options to w.
 func (f *Flags) Usage(w io.Writer) {
 	fmt.Fprintln(w, f.usage)

@@ -379,24 +379,11 @@ func (e *Env) Do(method, path string, body []byte) (int, string, []byte) {
 // their whole harness through one package.
 var WaitFor = testkit.WaitFor
 
-// SyncBuffer is a bytes.Buffer safe for concurrent use: a child
-// process's output can be read while the process writes it.
-type SyncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// SyncBuffer and WriteFile are testkit's, here for the same reason as
+// WaitFor.
+type SyncBuffer = testkit.SyncBuffer
 
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+var WriteFile = testkit.WriteFile
 
 // Count returns how many lines of the agent's output contain all of subs.
 func (e *Env) Count(subs ...string) int {
