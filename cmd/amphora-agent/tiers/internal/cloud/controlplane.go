@@ -64,7 +64,7 @@ type ControlPlane struct {
 	// MemberGateway; a test serves members from NS on more addresses).
 	ManagementNet, VIPNet, MemberNet          *Network
 	ManagementSubnet, VIPSubnet, MemberSubnet *Subnet
-	Services                    []*Service
+	Services                                  []*Service
 	// Timings of the start-up steps, in order ("mariadb ready 1.2s", ...).
 	Timings []string
 
