@@ -272,15 +272,16 @@ func (v *VM) boot() {
 	args := []string{
 		"-name", v.Name, "-M", "pc", "-accel", Accel(v.img), "-m", strconv.Itoa(v.opts.MemoryMB), "-smp", "1",
 		"-nographic", "-serial", "file:" + v.path("console.log"), "-monitor", "none",
+		// The management NIC is the first NIC, in whichever slot; the
+		// image's network config takes the first NIC. It comes before
+		// the disks, which take the free slots QEMU finds first.
+		"-netdev", fmt.Sprintf("user,id=mgmt,net=192.0.2.0/24,ipv6-net=%s,hostfwd=tcp:127.0.0.1:%d-:9443", ManagementIPv6Net, v.APIPort),
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=mgmt,mac=52:54:00:c0:00:02,addr=%x", slot),
 		// The BIOS boots the disk through its boot loader, as Nova does.
 		"-drive", "file=" + v.path("disk.qcow2") + ",if=none,id=root,format=qcow2,cache=unsafe",
 		"-device", "virtio-blk-pci,drive=root,bootindex=0",
 		"-drive", "file=" + v.path("config-drive.iso") + ",if=virtio,format=raw,readonly=on",
 		"-drive", "file=" + v.path("pkg.iso") + ",if=virtio,format=raw,readonly=on",
-		// The management NIC is the first NIC, in whichever slot; the
-		// image's network config takes the first NIC.
-		"-netdev", fmt.Sprintf("user,id=mgmt,net=192.0.2.0/24,ipv6-net=%s,hostfwd=tcp:127.0.0.1:%d-:9443", ManagementIPv6Net, v.APIPort),
-		"-device", fmt.Sprintf("virtio-net-pci,netdev=mgmt,mac=52:54:00:c0:00:02,addr=%x", slot),
 		"-chardev", "socket,id=qga,path=" + v.path("qga.sock") + ",server=on,wait=off",
 		"-device", "virtio-serial", "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
 		"-qmp", "unix:" + v.path("qmp.sock") + ",server=on,wait=off",
