@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
@@ -150,55 +150,65 @@ func TestUploadNeitherStartsNorReloads(t *testing.T) {
 	}
 }
 
-// slowLBs is a fakeLBs whose reloads take a while, so concurrent requests
-// pile up behind the mutation lock.
-type slowLBs struct {
+// heldLBs is a fakeLBs whose first reload waits until the test lets it
+// go, so concurrent requests pile up behind the mutation lock.
+type heldLBs struct {
 	fakeLBs
 	reloads atomic.Int32
+	release chan struct{}
 }
 
-func (s *slowLBs) Reload(ctx context.Context, lb string) (bool, error) {
-	// Long enough for every caller to queue behind the first reload.
+func (s *heldLBs) Reload(ctx context.Context, lb string) (bool, error) {
 	if s.reloads.Add(1) == 1 {
-		time.Sleep(300 * time.Millisecond)
+		<-s.release
 	}
 	return false, nil
 }
 
+// The callers run in a synctest bubble, so synctest.Wait tells when every
+// one of them has queued (behind the lock or on a pending reload) while the
+// first reload is held.
 func TestConcurrentReloadsCoalesce(t *testing.T) {
-	dir := t.TempDir()
-	cfg := configtest.Load(t, dir, baseConfig(dir))
-	lbs := &slowLBs{fakeLBs: fakeLBs{running: map[string]bool{}}}
-	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,
-		Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
-	f := &fixture{dir: dir}
-	f.write("lib/lb1/haproxy.cfg", "frontend L1\n    mode http\n")
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := configtest.Load(t, dir, baseConfig(dir))
+		lbs := &heldLBs{fakeLBs: fakeLBs{running: map[string]bool{}}, release: make(chan struct{})}
+		a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,
+			Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
+		// The bubble ends only once the supervisors' goroutines have.
+		defer a.Close()
+		f := &fixture{dir: dir}
+		f.write("lib/lb1/haproxy.cfg", "frontend L1\n    mode http\n")
 
-	const callers = 8
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for i := 0; i < callers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			details, err := a.LoadBalancerAction(context.Background(), "lb1", "reload")
-			if err == nil && details != "Listener lb1 reloaded" {
-				err = fmt.Errorf("details %q", details)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+		const callers = 8
+		var wg sync.WaitGroup
+		errs := make(chan error, callers)
+		for range callers {
+			wg.Go(func() {
+				details, err := a.LoadBalancerAction(context.Background(), "lb1", "reload")
+				if err == nil && details != "Listener lb1 reloaded" {
+					err = fmt.Errorf("details %q", details)
+				}
+				errs <- err
+			})
 		}
-	}
-	// One reload runs; every request queued behind it shares the next.
-	if n := lbs.reloads.Load(); n < 1 || n > 2 {
-		t.Fatalf("%d concurrent reload requests ran %d reloads, want 1 or 2", callers, n)
-	}
+		synctest.Wait()
+		if n := lbs.reloads.Load(); n != 1 {
+			t.Fatalf("%d reloads started while the first was held, want 1", n)
+		}
+		close(lbs.release)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// One reload runs; every request queued behind it shares the next.
+		if n := lbs.reloads.Load(); n < 1 || n > 2 {
+			t.Fatalf("%d concurrent reload requests ran %d reloads, want 1 or 2", callers, n)
+		}
+	})
 }
 
 // sandboxAgent is an agent over the real HAProxy supervisor (nothing

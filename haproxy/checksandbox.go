@@ -16,18 +16,12 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
-// CheckSandbox runs `haproxy -c` as an unprivileged user: the uploaded
-// config, and any lua-load script it names, is parsed without root. The
-// certificates stay 0600 root: the check sees copies owned by its user, in
-// a mount namespace of its own where a folder holding only this load
-// balancer's copies (and a copy of the config) is mounted over
-// base_cert_dir, and the config copy over the staged config. Other load
-// balancers' certificates are not visible to it at all. Where a folder
-// above these, the user/group file or another file or folder the config
-// names under base_path is closed to the check user (base_path under a
-// 0700 folder, say), the check sees that folder as one holding only the
-// way to them (procgroup.ViewFor): each is seen as it is on disk, its own
-// mode deciding whether the check user may read it, and no mode on disk
+// CheckSandbox runs `haproxy -c` as an unprivileged user, so an uploaded
+// config and its lua-load scripts are parsed without root. The check runs
+// in a mount namespace of its own that shows it copies of this load
+// balancer's certificates (the originals stay 0600 root, other load
+// balancers' are not visible) and, where a folder on the way is closed to
+// its user, only the way through it (procgroup.ViewFor); no mode on disk
 // changes.
 type CheckSandbox struct {
 	Cred    *syscall.Credential

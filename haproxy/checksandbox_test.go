@@ -104,12 +104,7 @@ func TestCheckSandboxUnderClosedParent(t *testing.T) {
 		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\n" +
 		"frontend L1\n    bind 127.0.0.1:8443 ssl crt " + cert + "\n    errorfile 503 " + errPage + "\n    http-request return status 200\n"
 	staged := st.Layout.StagedPath("lb1")
-	if err := os.MkdirAll(filepath.Dir(staged), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(staged, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, staged, cfg)
 	before := modes(t, dir)
 
 	out, err := st.check(context.Background(), "lb1", staged, PeerName("AMP1"))

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
@@ -98,10 +99,7 @@ func (l Layout) Known(lb string) bool {
 
 // LoadBalancers lists the ids that have a stored config, sorted.
 func (l Layout) LoadBalancers() ([]string, error) {
-	entries, err := os.ReadDir(l.Base)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
+	entries, err := fsutil.ReadDirOrEmpty(l.Base)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // fakeRunner records haproxy -c calls and fails when the config holds
@@ -143,16 +144,6 @@ func TestConfigNotFound(t *testing.T) {
 	}
 }
 
-func writeTestFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
@@ -164,8 +155,8 @@ func TestReservedIDsAreNoLoadBalancers(t *testing.T) {
 	// vrrp/ holds a record named like a load balancer's, and a config an
 	// agent without this check let an upload write there.
 	state, cfg := s.Layout.StatePath("vrrp"), s.Layout.ConfigPath("vrrp")
-	writeTestFile(t, state, `{"running":true}`)
-	writeTestFile(t, cfg, "global\n")
+	testkit.WriteFile(t, state, `{"running":true}`)
+	testkit.WriteFile(t, cfg, "global\n")
 
 	err := s.Upload(context.Background(), "AMP1", "vrrp", []byte("global\n"))
 	if fe, ok := fault.As(err); !ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, `load balancer id "vrrp" is reserved`) || !strings.Contains(fe.Details, "VRRP") {
@@ -201,11 +192,11 @@ func TestRemoveTakesOnlyWhatTheAgentMade(t *testing.T) {
 	// socket path, and a load balancer with a real socket.
 	stray := filepath.Join(base, "stray", "notes")
 	named := filepath.Join(base, "keep.txt")
-	writeTestFile(t, stray, "not ours")
-	writeTestFile(t, named, "not a socket")
-	writeTestFile(t, s.Layout.SocketPath("lb1"), "not a socket")
-	writeTestFile(t, s.Layout.ConfigPath("lb1"), "global\n    stats socket "+named+" mode 0666 level user\n")
-	writeTestFile(t, s.Layout.StatePath("lb2"), "{}")
+	testkit.WriteFile(t, stray, "not ours")
+	testkit.WriteFile(t, named, "not a socket")
+	testkit.WriteFile(t, s.Layout.SocketPath("lb1"), "not a socket")
+	testkit.WriteFile(t, s.Layout.ConfigPath("lb1"), "global\n    stats socket "+named+" mode 0666 level user\n")
+	testkit.WriteFile(t, s.Layout.StatePath("lb2"), "{}")
 	sock, err := net.Listen("unix", s.Layout.SocketPath("lb2"))
 	if err != nil {
 		t.Fatal(err)

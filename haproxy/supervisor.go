@@ -61,6 +61,13 @@ type SupervisorOptions struct {
 	ProcDir   string
 	// ConfirmAfter: see DefaultConfirmAfter.
 	ConfirmAfter time.Duration
+	// AfterFunc runs f once d has passed (time.AfterFunc by default): the
+	// clock of ConfirmAfter, which a test fires itself instead of waiting.
+	AfterFunc func(d time.Duration, f func())
+	// After is the clock of the restart backoff and of the settle times
+	// after a start and a reload (time.After by default), which a test
+	// sees instead of spending.
+	After func(d time.Duration) <-chan time.Time
 	// Journal receives each load balancer's HAProxy output (under
 	// systemd); nil keeps it in the output files only.
 	Journal journalfwd.Sink
@@ -88,6 +95,12 @@ type Supervisor struct {
 func NewSupervisor(o SupervisorOptions) *Supervisor {
 	if o.ConfirmAfter <= 0 {
 		o.ConfirmAfter = DefaultConfirmAfter
+	}
+	if o.AfterFunc == nil {
+		o.AfterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -305,6 +318,7 @@ func (s *Supervisor) newInstance(lb string) *instance {
 		},
 		OnDeath: in.died,
 		Backoff: s.opts.Backoff,
+		After:   s.opts.After,
 		Journal: journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
 	}, s.done)
 	return in
@@ -487,7 +501,7 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 		return
 	case <-in.s.done:
 		return
-	case <-time.After(settle):
+	case <-in.s.opts.After(settle):
 	}
 	sock := in.s.layout().MasterSocketPath(in.lb)
 	listed := func() (bool, error) {
@@ -534,7 +548,7 @@ func (in *instance) loaded(h *procwatch.Held) {
 	in.loads++
 	gen, proc := in.loads, h.Proc()
 	in.unconfirmed = true
-	time.AfterFunc(in.s.opts.ConfirmAfter, func() {
+	in.s.opts.AfterFunc(in.s.opts.ConfirmAfter, func() {
 		in.d.With(func(h *procwatch.Held) error {
 			if in.loads == gen && in.unconfirmed && proc != nil && h.Proc() == proc {
 				in.confirm()
@@ -564,7 +578,7 @@ func (in *instance) confirmAsync(h *procwatch.Held) (wait func()) {
 		defer close(done)
 		in.writeLastGood(cfg)
 	}()
-	return func() { <-done }
+	return func() { lastGoodJoining(); <-done }
 }
 
 // restoreLastGoodFile puts the last good config back as the stored config
@@ -680,14 +694,18 @@ func (in *instance) confirm() {
 	in.writeLastGood(cfg)
 }
 
-// slowLastGood lets a test make the last good config's write slow.
-var slowLastGood = func() {}
+// Hooks that let a test hold the last good config's background write
+// until a reload joins it.
+var (
+	lastGoodWriting = func() {}
+	lastGoodJoining = func() {}
+)
 
 func (in *instance) writeLastGood(cfg []byte) {
 	if cfg == nil {
 		return
 	}
-	slowLastGood()
+	lastGoodWriting()
 	if err := fsutil.WriteFile(in.s.layout().LastGoodPath(in.lb), cfg, 0o600); err != nil {
 		in.log().Warn("recording the last good config", zap.Error(err))
 	}

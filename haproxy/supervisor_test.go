@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
@@ -132,28 +135,30 @@ func waitAnswer(t *testing.T, port int, want string) {
 	}
 }
 
+// A master killed again and again is restarted after the backoff of its
+// crash streak, which doubles up to Max; a stop ends it for good. The
+// waits are asked of the supervisor's clock, which lets them pass at once.
 func TestSupervisorRespawnsAndStaysStopped(t *testing.T) {
 	sup, st, port := realSupervisor(t)
+	var clock testkit.Delays
+	sup.opts.After = clock.After
+	sup.opts.Backoff = procwatch.Backoff{Count: 1, Interval: time.Second, Max: 3 * time.Second, Stable: time.Minute}
 	ctx := context.Background()
 	startGen1(t, sup, st, port)
-	for round := 0; round < 3; round++ {
+	for round := 0; round < 4; round++ {
 		old, err := pidfile.Read(st.Layout.PidPath("lb1"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		syscall.Kill(-old, syscall.SIGKILL)
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			pid, err := pidfile.Read(st.Layout.PidPath("lb1"))
-			if err == nil && pid != old && sup.Running("lb1") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: not respawned", round)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitRespawned(t, sup, st, old)
 		waitAnswer(t, port, "gen1")
+	}
+	// Each start settles; each restart waits its backoff first.
+	s, settle := time.Second, procwatch.DefaultSettle
+	want := []time.Duration{settle, 0, settle, 1 * s, settle, 2 * s, settle, 3 * s, settle}
+	if got := clock.Asked(); !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want %v", got, want)
 	}
 	if err := sup.Stop(ctx, "lb1"); err != nil {
 		t.Fatal(err)
@@ -164,6 +169,16 @@ func TestSupervisorRespawnsAndStaysStopped(t *testing.T) {
 	if st2, _ := st.ReadState("lb1"); st2.Running {
 		t.Fatal("stop not recorded")
 	}
+}
+
+// waitRespawned waits until lb1 runs again, on a master other than old,
+// its start done (Running is false until then).
+func waitRespawned(t *testing.T, sup *Supervisor, st *Store, old int) {
+	t.Helper()
+	testkit.WaitFor(t, 15*time.Second, "lb1 respawned", func() bool {
+		pid, err := pidfile.Read(st.Layout.PidPath("lb1"))
+		return err == nil && pid != old && sup.Running("lb1")
+	})
 }
 
 // HAProxy's output reaches the journal under haproxy-<lb>, with its level
@@ -263,11 +278,40 @@ func currentWorker(t *testing.T, sup *Supervisor) int {
 	return tbl.Workers[0]
 }
 
+// pendingTimers stands in for the clock of ConfirmAfter: nothing is
+// confirmed until pass says the time has come.
+type pendingTimers struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+func (p *pendingTimers) add(_ time.Duration, f func()) {
+	p.mu.Lock()
+	p.fns = append(p.fns, f)
+	p.mu.Unlock()
+}
+
+// pass runs every pending timer, as if their time had passed.
+func (p *pendingTimers) pass() {
+	p.mu.Lock()
+	fns := p.fns
+	p.fns = nil
+	p.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
 // TestSupervisorWorkerDeathAfterLoad: a config that kills HAProxy soon
 // after it was loaded is replaced by the last good one before the
-// restart; one that kept HAProxy up for ConfirmAfter is kept.
+// restart; one that kept HAProxy up for ConfirmAfter is kept. The settle
+// times and the backoff pass at once: a worker killed after a reload is
+// always the master's death (OnDeath), never the settle watch's.
 func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 	sup, st, port := realSupervisor(t)
+	var confirm pendingTimers
+	sup.opts.AfterFunc = confirm.add
+	sup.opts.After = new(testkit.Delays).After
 	ctx := context.Background()
 	startGen1(t, sup, st, port)
 
@@ -295,18 +339,13 @@ func TestSupervisorWorkerDeathAfterLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAnswer(t, port, "gen3")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		good, _ := os.ReadFile(st.Layout.LastGoodPath("lb1"))
-		if strings.Contains(string(good), "gen3") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gen3 never became the last good config")
-		}
-		time.Sleep(50 * time.Millisecond)
+	confirm.pass()
+	if good, _ := os.ReadFile(st.Layout.LastGoodPath("lb1")); !strings.Contains(string(good), "gen3") {
+		t.Fatalf("last good config once gen3 stayed up for ConfirmAfter: %s", good)
 	}
+	master, _ := pidfile.Read(st.Layout.PidPath("lb1"))
 	syscall.Kill(currentWorker(t, sup), syscall.SIGKILL)
+	waitRespawned(t, sup, st, master)
 	waitAnswer(t, port, "gen3")
 }
 
@@ -350,18 +389,20 @@ func TestRestoreNeverAdoptsAForeignProcess(t *testing.T) {
 func TestSupervisorFailedReloadWaitsForTheLastGoodWrite(t *testing.T) {
 	sup, st, port := realSupervisor(t)
 	sup.opts.ConfirmAfter = time.Hour
-	// The write ends only once the master has reported the failure: a
-	// rollback that did not wait for it would find no last good config.
-	slowLastGood = func() {
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			if p, err := stats.ShowProc(context.Background(), st.Layout.MasterSocketPath("lb1")); err == nil && p.FailedReloads > 0 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+	// The write is held until the reload joins it, which happens once the
+	// master has reported the failure: a rollback that did not join first
+	// would find no last good config. The deadline only ends a write that
+	// no reload joins.
+	joined := make(chan struct{})
+	var once sync.Once
+	lastGoodJoining = func() { once.Do(func() { close(joined) }) }
+	lastGoodWriting = func() {
+		select {
+		case <-joined:
+		case <-time.After(10 * time.Second):
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	t.Cleanup(func() { slowLastGood = func() {} })
+	t.Cleanup(func() { lastGoodJoining, lastGoodWriting = func() {}, func() {} })
 	ctx := context.Background()
 	startGen1(t, sup, st, port)
 	// gen2 passes the check but cannot bind: its port is taken.

@@ -62,7 +62,11 @@ type Options struct {
 	LogFacility int // administrative_log_facility: LOG_LOCAL<n>
 	ProcDir     string
 	Backoff     procwatch.Backoff
-	Log         *zap.Logger
+	// After is the clock of the restart backoff and of the settle times
+	// after a start and a reload (time.After when nil), which a test sees
+	// instead of spending.
+	After func(d time.Duration) <-chan time.Time
+	Log   *zap.Logger
 	// Journal receives what keepalived writes outside its log (under
 	// systemd); nil keeps it in the output files only.
 	Journal journalfwd.Sink
@@ -79,12 +83,16 @@ type daemon struct {
 	argv  []string
 	d     *procwatch.Daemon
 	log   *zap.Logger
+	after func(time.Duration) <-chan time.Time
 }
 
 func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
-	k := &daemon{files: f, log: o.Log}
+	k := &daemon{files: f, log: o.Log, after: o.After}
 	if k.log == nil {
 		k.log = zap.NewNop()
+	}
+	if k.after == nil {
+		k.after = time.After
 	}
 	args := []string{"--dont-fork", "--log-console", "--log-facility=" + strconv.Itoa(o.LogFacility),
 		"-f", f.Config, "-p", f.Pid, "-r", f.VRRPPid, "-c", f.CheckPid}
@@ -105,6 +113,7 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 		ProcDir:      o.ProcDir,
 		Ours:         f.Runs,
 		Backoff:      o.Backoff,
+		After:        k.after,
 		StartTimeout: startTimeout,
 		Journal:      journalfwd.Options{Sink: o.Journal, Identifier: f.forwardedAs(), Priority: priority, Skip: isLogLine},
 	}, done)
@@ -164,7 +173,7 @@ func (k *daemon) reload(h *procwatch.Held) error {
 	select {
 	case <-proc.Exited:
 		return fmt.Errorf("keepalived %s on reload", proc.Status)
-	case <-time.After(procwatch.DefaultSettle):
+	case <-k.after(procwatch.DefaultSettle):
 	}
 	k.log.Info("keepalived reloaded", zap.Int("pid", proc.Pid))
 	return nil

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,6 +48,8 @@ func init() { signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP) }
 type fakeEnv struct {
 	dir, base string
 	opts      VRRPOptions
+	// clock lets the backoff and the settle times pass at once.
+	clock testkit.Delays
 }
 
 func newFakeEnv(t *testing.T) *fakeEnv {
@@ -59,7 +62,8 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	e := &fakeEnv{dir: dir, base: filepath.Join(dir, "lib")}
 	e.opts = VRRPOptions{Base: e.base,
 		Options: Options{Cmd: bin, Log: zaptest.NewLogger(t),
-			Backoff: procwatch.Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: 200 * time.Millisecond, Stable: time.Minute}},
+			Backoff: procwatch.Backoff{Count: 1, Interval: 100 * time.Millisecond, Max: 200 * time.Millisecond, Stable: time.Minute},
+			After:   e.clock.After},
 		Validate: func(context.Context, string) (string, error) { return "", nil }}
 	t.Cleanup(func() {
 		if pid, err := pidfile.Read(VRRPLayout{Base: e.base}.PidPath()); err == nil {
@@ -110,6 +114,12 @@ func TestFakeKeepalivedStartReloadRespawnStop(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "a respawned keepalived", func() bool { p := v.Pid(); return p != 0 && p != pid })
 	if h := v.k.d.History(); h.Restarts != 1 || h.LastExit != "killed by signal killed" {
 		t.Fatalf("history %+v", h)
+	}
+	// The start and the reload settled; the restart came at once (the
+	// first of its streak) and settled too.
+	settle := procwatch.DefaultSettle
+	if got, want := e.clock.Asked(), []time.Duration{settle, settle, 0, settle}; !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want %v", got, want)
 	}
 	// stop: gone, recorded, and not brought back by a new agent.
 	if err := v.Stop(ctx); err != nil {

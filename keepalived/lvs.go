@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 )
 
@@ -63,10 +64,7 @@ func (l LVSLayout) owned(id string) []string {
 
 // Listeners lists LVS listener ids: files named octavia-keepalivedlvs-<id>.conf.
 func (l LVSLayout) Listeners() ([]string, error) {
-	entries, err := os.ReadDir(l.Dir())
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
+	entries, err := fsutil.ReadDirOrEmpty(l.Dir())
 	if err != nil {
 		return nil, err
 	}

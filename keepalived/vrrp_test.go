@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 func TestCheckScriptSumsExitCodes(t *testing.T) {
@@ -192,14 +193,8 @@ func TestArgs(t *testing.T) {
 // templater's, in testdata), and words that only look like an include,
 // pass.
 func TestRefuseIncludes(t *testing.T) {
-	rendered, err := filepath.Glob(filepath.Join("testdata", "lvs_*.conf"))
-	if err != nil || len(rendered) == 0 {
-		t.Fatalf("no rendered LVS configs: %v", err)
-	}
-	base, err := os.ReadFile(rendered[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	rendered := testkit.ReadFiles(t, filepath.Join("testdata", "lvs_*.conf"))
+	base := rendered[0].Data
 	refused := []string{
 		"include /etc/shadow",
 		"  \tinclude /etc/shadow",
@@ -236,13 +231,9 @@ func TestRefuseIncludes(t *testing.T) {
 			t.Errorf("%q: %v", line, err)
 		}
 	}
-	for _, name := range rendered {
-		body, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := refuseIncludes(body); err != nil {
-			t.Errorf("%s: %v", name, err)
+	for _, file := range rendered {
+		if err := refuseIncludes(file.Data); err != nil {
+			t.Errorf("%s: %v", file.Path, err)
 		}
 	}
 }

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/fault"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // Bodies shaped like the controller's (see network_test.go).
@@ -189,18 +188,10 @@ func FuzzFirewallRules(f *testing.F) {
 // one encodes to bytes that decode to the same description, and encoding
 // is stable.
 func FuzzInterfaceFile(f *testing.F) {
-	golden, err := filepath.Glob("testdata/plug/*.golden")
-	if err != nil || len(golden) == 0 {
-		f.Fatalf("no golden files: %v", err)
-	}
-	for _, p := range golden {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
+	for _, golden := range testkit.ReadFiles(f, "testdata/plug/*.golden") {
 		// The files' JSON follows "file interfaces/<name>.json" lines and
 		// ends with a "}" line.
-		for _, part := range strings.Split(string(data), "\nfile interfaces/")[1:] {
+		for _, part := range strings.Split(string(golden.Data), "\nfile interfaces/")[1:] {
 			_, rest, _ := strings.Cut(part, "\n")
 			if doc, _, ok := strings.Cut(rest, "\n}\n"); ok {
 				f.Add([]byte(doc + "\n}"))

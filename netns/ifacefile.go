@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -160,10 +159,7 @@ func decodeInterfaceFile(data []byte) (*InterfaceFile, error) {
 // missing directory has no files. Unreadable files are reported in the
 // error; the readable ones are still returned.
 func ReadInterfaceFiles(dir string) ([]*InterfaceFile, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	entries, err := fsutil.ReadDirOrEmpty(dir)
 	if err != nil {
 		return nil, err
 	}

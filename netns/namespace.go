@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -128,8 +129,46 @@ func EnsureWith(namespace string, log *zap.Logger) error {
 				zap.Error(err), zap.String("output", strings.TrimSpace(string(out))))
 		}
 	}
+	// The operator's own tuning first, as upstream's amphora-netns unit
+	// loads it into a new namespace, so that the required values below
+	// win where both set a key.
+	if _, done := systemTuned.LoadOrStore(namespace, true); !done || created {
+		loadSystemSysctls(namespace, log)
+	}
 	reportMissing(namespace, applyHere(HostSysctls), log)
 	return applySysctls(namespace, NamespaceSysctls, log)
+}
+
+// systemSysctlsTimeout bounds `sysctl --system`: it reads a few files and
+// writes /proc/sys, and a wedged one must not hold the agent's start.
+const systemSysctlsTimeout = 30 * time.Second
+
+// systemTuned holds the namespaces `sysctl --system` ran in since the
+// agent started: once at start-up, and again only for a namespace this
+// process had to create anew.
+var systemTuned sync.Map
+
+// loadSystemSysctls runs `sysctl --system` inside the namespace (the
+// image's /etc/sysctl.d and the rest of its search path). A failure, or a
+// key the namespace refuses, is logged and does not stop the agent, as
+// upstream's unit ignores it.
+func loadSystemSysctls(namespace string, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), systemSysctlsTimeout)
+	defer cancel()
+	cmd := procgroup.Command(ctx, "sysctl", "--system")
+	out, err := procgroup.CombinedOutput(cmd, func(c *exec.Cmd) error { return StartIn(namespace, c) })
+	if err != nil {
+		log.Warn("sysctl --system in the namespace failed; the required settings are applied anyway",
+			zap.String("namespace", namespace), zap.Error(err), zap.String("output", lastLines(out, 5)))
+		return
+	}
+	log.Info("system sysctl settings loaded into the namespace", zap.String("namespace", namespace))
+}
+
+// lastLines is the end of a command's output, enough to say what failed.
+func lastLines(out []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 type sysctlMiss struct {

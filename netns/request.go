@@ -23,13 +23,9 @@ type HostRoute struct {
 	Nexthop     string `json:"nexthop"`
 }
 
-// AdditionalVIP is one more VIP on the VIP port.
-type AdditionalVIP struct {
-	IPAddress  string      `json:"ip_address"`
-	SubnetCIDR string      `json:"subnet_cidr"`
-	Gateway    *string     `json:"gateway"`
-	HostRoutes []HostRoute `json:"host_routes"`
-}
+// AdditionalVIP is one more VIP on the VIP port. The controller sends it
+// with the same fields as a fixed IP of a plugged port.
+type AdditionalVIP = FixedIP
 
 // VIPRequest is the body of POST /1.0/plug/vip/{vip}.
 type VIPRequest struct {

@@ -1,24 +1,17 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gorilla/mux"
 )
 
 func (s *server) uploadHAProxy(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.body(r)
-	if err != nil {
-		return err
-	}
 	v := mux.Vars(r)
-	etag, err := s.svc.UploadHAProxy(r.Context(), v["amphora_id"], v["lb_id"], body)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("ETag", etag)
-	writeJSON(w, http.StatusAccepted, ok())
-	return nil
+	return s.store(w, r, http.StatusAccepted, func(ctx context.Context, body []byte) (string, error) {
+		return s.svc.UploadHAProxy(ctx, v["amphora_id"], v["lb_id"], body)
+	})
 }
 
 func (s *server) getHAProxy(w http.ResponseWriter, r *http.Request) error {
@@ -61,17 +54,9 @@ func (s *server) putCertificate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.svc.ValidateCertificateName(v["filename"]); err != nil {
 		return err
 	}
-	body, err := s.body(r)
-	if err != nil {
-		return err
-	}
-	sum, err := s.svc.PutCertificate(r.Context(), v["lb_id"], v["filename"], body)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("ETag", sum)
-	writeJSON(w, http.StatusOK, ok())
-	return nil
+	return s.store(w, r, http.StatusOK, func(ctx context.Context, body []byte) (string, error) {
+		return s.svc.PutCertificate(ctx, v["lb_id"], v["filename"], body)
+	})
 }
 
 func (s *server) getCertificate(w http.ResponseWriter, r *http.Request) error {

@@ -1,24 +1,17 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gorilla/mux"
 )
 
 func (s *server) uploadLVS(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.body(r)
-	if err != nil {
-		return err
-	}
 	v := mux.Vars(r)
-	etag, err := s.svc.UploadLVS(r.Context(), v["amphora_id"], v["listener_id"], body)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("ETag", etag)
-	writeJSON(w, http.StatusOK, ok())
-	return nil
+	return s.store(w, r, http.StatusOK, func(ctx context.Context, body []byte) (string, error) {
+		return s.svc.UploadLVS(ctx, v["amphora_id"], v["listener_id"], body)
+	})
 }
 
 func (s *server) getLVS(w http.ResponseWriter, r *http.Request) error {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -64,13 +65,8 @@ func (s *server) getInterface(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) setInterfaceRules(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.body(r)
-	if err != nil {
-		return err
-	}
-	if err := s.svc.SetInterfaceRules(r.Context(), mux.Vars(r)["ip"], body); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, ok())
-	return nil
+	ip := mux.Vars(r)["ip"]
+	return s.apply(w, r, http.StatusOK, func(ctx context.Context, body []byte) error {
+		return s.svc.SetInterfaceRules(ctx, ip, body)
+	})
 }

@@ -222,6 +222,10 @@ func TestRouting(t *testing.T) {
 		{"PUT", "/1.0/info", 405, methodBody},
 		{"HEAD", "/1.0/info", 200, `{"hostname":"amp","haproxy_version":"2.6.12","api_version":"1.0","keepalived_version":"","ipvsadm_version":""}`},
 		{"POST", "/", 405, methodBody},
+		{"GET", "/1.0/details", 200, `{"hostname":"amp","haproxy_version":"","api_version":"","networks":null,"active":false,"haproxy_count":0,` +
+			`"cpu_count":0,"cpu":{"total":0,"user":"","system":"","soft_irq":""},"memory":{"total":0,"free":0,"buffers":0,"cached":0,` +
+			`"swap_used":0,"shared":0,"slab":0},"disk":{"used":0,"available":0},"load":null,"active_tuned_profiles":"","topology":"",` +
+			`"topology_status":"","listeners":[],"packages":null,"lvs_listener_process_count":0,"keepalived_version":"","ipvsadm_version":""}`},
 		{"DELETE", "/1.0/details", 405, methodBody},
 		{"GET", "/1.0/config", 405, methodBody},
 		{"PUT", "/1.0/config", 202, `{"message":"OK"}`},
@@ -371,12 +375,7 @@ type panicky struct{ *fakeService }
 func (panicky) Info(context.Context) (agent.Info, error) { panic("bug") }
 
 func TestLoadBalancerRoutes(t *testing.T) {
-	cases := []struct {
-		method, path, body string
-		status             int
-		resp, etag, ctype  string
-		calls              []string
-	}{
+	cases := []routeCase{
 		{"PUT", "/1.0/loadbalancer/amp1/lb1/haproxy", "cfg", 202, `{"message":"OK"}`, "etag-lb1", "application/json",
 			[]string{"upload amp1 lb1 cfg"}},
 		{"GET", "/1.0/loadbalancer/lb1/haproxy", "", 200, "global\n", "md5-lb1", "text/plain; charset=UTF-8",
@@ -398,16 +397,6 @@ func TestLoadBalancerRoutes(t *testing.T) {
 		{"DELETE", "/1.0/loadbalancer/lb1/haproxy", "", 405, methodBody, "", "application/json", nil},
 	}
 	for _, c := range cases {
-		f := newFake()
-		h := NewHandler(f, zap.NewNop(), Options{})
-		req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != c.status || rec.Body.String() != c.resp || rec.Header().Get("ETag") != c.etag ||
-			rec.Header().Get("Content-Type") != c.ctype || strings.Join(f.calls, "|") != strings.Join(c.calls, "|") {
-			t.Errorf("%s %s = %d %q etag=%q type=%q calls=%q\nwant %d %q etag=%q type=%q calls=%q", c.method, c.path,
-				rec.Code, rec.Body.String(), rec.Header().Get("ETag"), rec.Header().Get("Content-Type"), f.calls,
-				c.status, c.resp, c.etag, c.ctype, c.calls)
-		}
+		checkRoute(t, c)
 	}
 }

@@ -7,17 +7,7 @@ import (
 )
 
 func (s *server) uploadVRRP(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.body(r)
-	if err != nil {
-		return err
-	}
-	etag, err := s.svc.UploadVRRP(r.Context(), body)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("ETag", etag)
-	writeJSON(w, http.StatusOK, ok())
-	return nil
+	return s.store(w, r, http.StatusOK, s.svc.UploadVRRP)
 }
 
 func (s *server) vrrpAction(w http.ResponseWriter, r *http.Request) error {

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -12,21 +11,15 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // addConfSeeds seeds f with every configuration file of testdata and a
 // few edge cases of the dialect.
 func addConfSeeds(f *testing.F) {
-	paths, err := filepath.Glob("testdata/*.conf")
-	if err != nil || len(paths) == 0 {
-		f.Fatalf("no seed files: %v", err)
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
+	for _, file := range testkit.ReadFiles(f, "testdata/*.conf") {
+		f.Add(file.Data)
 	}
 	for _, s := range []string{
 		base,

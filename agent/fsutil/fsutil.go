@@ -1,10 +1,12 @@
 // Package fsutil has the one way the agent writes files: atomically and
 // durably, so a crash or power loss leaves either the old or the new file,
-// never a torn one.
+// never a torn one. It also lists the folders the agent keeps its state in.
 package fsutil
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -116,4 +118,14 @@ func fsync(path string) error {
 		return fmt.Errorf("fsync %s: %w", path, err)
 	}
 	return nil
+}
+
+// ReadDirOrEmpty lists dir like os.ReadDir, but a folder that does not exist
+// is empty: the agent's state folders appear only with their first entry.
+func ReadDirOrEmpty(dir string) ([]os.DirEntry, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return entries, err
 }

@@ -69,3 +69,20 @@ func TestSyncFile(t *testing.T) {
 		t.Fatal("SyncFile of a missing file succeeded")
 	}
 }
+
+func TestReadDirOrEmpty(t *testing.T) {
+	dir := t.TempDir()
+	if got, err := ReadDirOrEmpty(filepath.Join(dir, "missing")); err != nil || len(got) != 0 {
+		t.Fatalf("missing folder = %v, %v; want empty, nil", got, err)
+	}
+	file := filepath.Join(dir, "a")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadDirOrEmpty(dir); err != nil || len(got) != 1 || got[0].Name() != "a" {
+		t.Fatalf("folder = %v, %v; want [a], nil", got, err)
+	}
+	if _, err := ReadDirOrEmpty(file); err == nil {
+		t.Fatal("a file read as a folder: want an error")
+	}
+}

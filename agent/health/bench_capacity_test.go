@@ -11,8 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
 // capacityPython prints, for each JSON document (a list of strings on
@@ -34,14 +32,7 @@ func TestBenchCapacity(t *testing.T) {
 	var msgs []Message
 	var perPool []int
 	for k := 150; k <= 400; k += 5 {
-		rows, err := stats.ParseStat(sampleCSV(listeners, k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := FromRows(rows)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := readingOf(t, sampleCSV(listeners, k))
 		msg := NewBuilder(nil).Build(sampleAmphora, r)
 		msgs = append(msgs, msg)
 		docs = append(docs, string(appendMessage(nil, msg, &jsonScratch{})))

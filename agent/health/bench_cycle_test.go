@@ -36,8 +36,7 @@ func benchmarkCycle(b *testing.B, spacing time.Duration) {
 		b.Fatal(err)
 	}
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global\n    maxconn 200\n    stats socket %s mode 0666 level user\n"+
-		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n", layout.SocketPath(lb))
+	cfg.WriteString(haproxytest.Preamble(200, layout.SocketPath(lb)))
 	n := 1000
 	for range listeners {
 		lid, pool := uuid(n), uuid(n+1)

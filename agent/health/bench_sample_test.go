@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
 // Heartbeat sizes of BenchmarkHeartbeat: 1 LB × 50 listeners × 200 members.
@@ -16,8 +14,8 @@ const benchListeners, benchMembers = 50, 200
 
 // TestBenchSample hands make bench the `show stat` answer BenchmarkHeartbeat
 // measures, so that upstream's builder can be timed on the very same CSV
-// (cmd/amphora-agent/testdata/bench/upstream_heartbeat.py, driven by
-// cmd/amphora-agent/bench_test.go). It writes $AMPHORA_BENCH_OUT/heartbeat-sample.json
+// (cmd/amphora-agent/tiers/testdata/bench/upstream_heartbeat.py, driven by
+// cmd/amphora-agent/tiers/bench_test.go). It writes $AMPHORA_BENCH_OUT/heartbeat-sample.json
 // with the CSV, the amphora id, the key, and what our message carries for
 // it. It measures nothing itself.
 func TestBenchSample(t *testing.T) {
@@ -26,14 +24,7 @@ func TestBenchSample(t *testing.T) {
 		t.Skip("AMPHORA_BENCH_OUT is not set (make bench sets it)")
 	}
 	csv := sampleCSV(benchListeners, benchMembers)
-	rows, err := stats.ParseStat(csv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reading, err := FromRows(rows)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reading := readingOf(t, csv)
 	msg := NewBuilder(nil).Build(sampleAmphora, reading)
 	doc, err := json.Marshal(msg)
 	if err != nil {

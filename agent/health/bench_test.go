@@ -3,8 +3,6 @@ package health
 import (
 	"encoding/json"
 	"testing"
-
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
 // The cost of one heartbeat for 1 LB × 50 listeners × 200 members each,
@@ -13,14 +11,7 @@ import (
 func BenchmarkHeartbeat(b *testing.B) {
 	const listeners, members = 50, 200
 	csv := sampleCSV(listeners, members)
-	rows, err := stats.ParseStat(csv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reading, err := FromRows(rows)
-	if err != nil {
-		b.Fatal(err)
-	}
+	reading := readingOf(b, csv)
 	if len(reading.Listeners) != listeners || len(reading.Pools) != listeners {
 		b.Fatalf("sample has %d listeners, %d pools", len(reading.Listeners), len(reading.Pools))
 	}
@@ -33,15 +24,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 		var size int
 		b.ReportAllocs()
 		for b.Loop() {
-			rows, err := stats.ParseStat(csv)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r, err := FromRows(rows)
-			if err != nil {
-				b.Fatal(err)
-			}
-			d, err := enc.Encode(builder.Build(sampleAmphora, r), testKey)
+			d, err := enc.Encode(builder.Build(sampleAmphora, readingOf(b, csv)), testKey)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -54,13 +37,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	b.Run("parse-csv", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			rows, err := stats.ParseStat(csv)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := FromRows(rows); err != nil {
-				b.Fatal(err)
-			}
+			readingOf(b, csv)
 		}
 	})
 	b.Run("build-message", func(b *testing.B) {

@@ -29,34 +29,19 @@ const (
 	rawTagLen = sha256.Size
 )
 
-// ZlibLevel is the compression level of klauspost/compress's deflate
-// writer the agent uses inside the zlib stream. The receiver accepts any zlib stream; upstream sends
-// Python's zlib at level 9. At level 1 a datagram still carries more
-// members than upstream's (make bench prints both: about 3,050 against
-// 2,850 with random UUIDs) for a fraction of the CPU: with 2,500 members,
-// about 1.5 ms instead of 7-10 ms for the standard library at level 9
-// (levels 2 and 3 compress under 1% better and cost a little more).
+// ZlibLevel is the level of the deflate writer inside the zlib stream
+// (upstream: Python's zlib at level 9, which any receiver's inflater reads
+// alike). Level 1 fits more members in a datagram for a fraction of the
+// CPU (figures in README, Benchmarks).
 const ZlibLevel = 1
 
 // Encoder wraps messages, reusing its buffers and compressors between
-// heartbeats.
-//
-// A message's pools (every member's status) are most of its bytes and
-// rarely change from one heartbeat to the next, while its listeners'
-// counters change all the time. So the zlib stream is made of two deflate
-// runs: the document up to the pools, ended by a sync flush (which ends on
-// a byte boundary), then the rest, compressed on its own and kept: while
-// the rest is byte for byte the same, its compressed bytes are reused, and
-// the Adler-32 of the whole document is combined from the two parts' sums.
-// Any inflater reads the result as one stream of the same document; the
-// second run only loses back-references into the first (a few listener
-// ids), which costs well under 1% of the size.
-//
-// A level-1 writer keeps about 600 KiB of tables between heartbeats. Only
-// a pools part of at least statelessMax bytes is compressed with one (kept
-// while parts stay that big); the head, a few listeners, and the small
-// messages of an amphora with few members are compressed without kept
-// state, so an idle agent does not hold a megabyte for 100-byte messages.
+// heartbeats. The pools part of a message (most of its bytes, rarely
+// changed) is compressed as a deflate run of its own after a sync flush,
+// and its compressed bytes and Adler-32 are reused while it is unchanged:
+// the result is still one zlib stream of the same document. Only a pools
+// part of statelessMax bytes or more gets a kept writer (about 600 KiB of
+// tables), so an agent with few members holds none.
 type Encoder struct {
 	rest *flate.Writer // compresses a big pools part when it changed
 	buf  bytes.Buffer

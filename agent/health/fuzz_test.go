@@ -5,30 +5,23 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // FuzzUnwrap: a datagram from the network is refused or yields a UTF-8
 // JSON object, never a panic.
 func FuzzUnwrap(f *testing.F) {
-	paths, err := filepath.Glob("testdata/vector-*.hex")
-	if err != nil || len(paths) == 0 {
-		f.Fatalf("no vectors: %v", err)
-	}
-	for _, p := range paths {
-		text, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		d, err := hex.DecodeString(strings.TrimSpace(string(text)))
+	for _, file := range testkit.ReadFiles(f, "testdata/vector-*.hex") {
+		d, err := hex.DecodeString(strings.TrimSpace(string(file.Data)))
 		if err != nil {
 			f.Fatal(err)
 		}
 		key := "insecure"
-		if strings.Contains(p, "vector-b") {
+		if strings.Contains(file.Path, "vector-b") {
 			key = "TEST"
 		}
 		f.Add(d, key)

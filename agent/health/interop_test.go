@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
 const debianPython = "/usr/bin/python3"
@@ -83,14 +81,7 @@ func TestInteropUpstreamBuilder(t *testing.T) {
 	b := NewBuilder(counters)
 	b.seq = 41
 	for i, all := range []string{all1, all2} {
-		rows, err := stats.ParseStat([]byte(all))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := FromRows(rows)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := readingOf(t, []byte(all))
 		msg, _ := json.Marshal(b.Build(sampleAmphora, r))
 		if err := b.Counters().Save(CountersPath(goBase)); err != nil {
 			t.Fatal(err)

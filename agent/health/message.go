@@ -187,17 +187,8 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 		switch sv := row.get(cSv); sv {
 		case stats.Frontend:
 			l := ListenerReading{ID: keep(px), Status: keep(row.get(cStatus))}
-			front.read(rw)
-			for _, c := range [...]struct {
-				col int
-				dst *uint64
-			}{{cBin, &l.Bin}, {cBout, &l.Bout}, {cScur, &l.Scur}, {cStot, &l.Stot}, {cEreq, &l.Ereq}} {
-				v := front.get(c.col)
-				n, err := strconv.ParseUint(v, 10, 64)
-				if err != nil {
-					return Reading{}, fmt.Errorf("%s %s: column %s = %q is not a counter", px, sv, colNames[c.col], v)
-				}
-				*c.dst = n
+			if err := readCounters(&front, rw, &l); err != nil {
+				return Reading{}, fmt.Errorf("%s %s: %w", px, sv, err)
 			}
 			r.Listeners = append(r.Listeners, l)
 		default:
@@ -233,6 +224,31 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 		}
 	}
 	sc.backendRow = backendRow
+	skipIncomplete(&r, backendRow)
+	return r, nil
+}
+
+// readCounters parses a FRONTEND row's counters into l; an unparsable one
+// fails the reading.
+func readCounters(front *picker, rw stats.Row, l *ListenerReading) error {
+	front.read(rw)
+	for _, c := range [...]struct {
+		col int
+		dst *uint64
+	}{{cBin, &l.Bin}, {cBout, &l.Bout}, {cScur, &l.Scur}, {cStot, &l.Stot}, {cEreq, &l.Ereq}} {
+		v := front.get(c.col)
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("column %s = %q is not a counter", colNames[c.col], v)
+		}
+		*c.dst = n
+	}
+	return nil
+}
+
+// skipIncomplete moves the pools without a BACKEND row (by index in
+// backendRow) or not named <pool>:<listener> from r.Pools to r.Skipped.
+func skipIncomplete(r *Reading, backendRow []bool) {
 	kept := r.Pools[:0]
 	for i, p := range r.Pools {
 		if !backendRow[i] || strings.Count(p.Key, ":") != 1 {
@@ -242,7 +258,6 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 		kept = append(kept, p)
 	}
 	r.Pools = kept
-	return r, nil
 }
 
 // picker cuts some columns out of rows sharing one header.

@@ -203,14 +203,7 @@ func TestFromRowsBackendRowsApart(t *testing.T) {
 		"p1:l1,m5,UP,1\np1:l1,BACKEND,UP,2\n" +
 		"p2:l2,m6,UP,0\np2:l2,BACKEND,UP,1\n" +
 		"p3:l3,m7,UP,1\np3:l3,BACKEND,UP,1\n"
-	rows, err := stats.ParseStat([]byte(csv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := FromRows(rows)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := readingOf(t, []byte(csv))
 	want := []PoolReading{
 		{Key: "p1:l1", Status: "UP", Members: []MemberReading{{"m1", "UP"}, {"m2", "UP"}, {"m5", "UP"}}},
 		{Key: "p2:l2", Status: "UP", Members: []MemberReading{{"m3", "DOWN"}, {"m4", "UP"}, {"m6", "DRAIN"}}},

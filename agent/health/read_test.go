@@ -1,11 +1,9 @@
 package health
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,11 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
-
-	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/haproxy"
@@ -29,31 +27,12 @@ import (
 // socket, with what answer returns; hang keeps connections open unanswered.
 func statsServer(t *testing.T, path string, answer func() string, hang bool) {
 	t.Helper()
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release); ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
-					return
-				}
-				if hang {
-					<-release
-					return
-				}
-				conn.Write([]byte(answer()))
-			}()
+	haproxytest.ServeFake(t, path, func(string) (string, bool) {
+		if hang {
+			return "", true
 		}
-	}()
+		return answer(), false
+	})
 }
 
 // makeLB lays out an LB as upstream does: <base>/<lb>/haproxy.cfg and,
@@ -260,73 +239,102 @@ func TestReadFallbackOnce(t *testing.T) {
 	}
 }
 
-// A stats socket that stops answering holds no heartbeat back: its LB's
-// last reading stands in while the read goes on; once the read has taken
-// the slow-read limit the LB is left out, and the cycles stay short.
-func TestWedgedStatsSocketDoesNotDelayHeartbeat(t *testing.T) {
-	base := haproxytest.ShortDir(t)
-	hm := listen(t, "udp4", "127.0.0.1:0")
-	self := os.Getpid()
-	makeLB(t, base, "lb-a-good", self)
-	statsServer(t, filepath.Join(base, "lb-a-good.sock"), func() string { return frontendCSV("good-listener") }, false)
-	makeLB(t, base, "lb-b-wedged", self)
-	var wedged sync.Mutex
-	hang := false
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	wedgedPath := filepath.Join(base, "lb-b-wedged.sock")
-	statsServer(t, wedgedPath, func() string {
-		wedged.Lock()
-		h := hang
-		wedged.Unlock()
-		if h {
-			<-stop // never answers while the test runs
-			return ""
-		}
-		return frontendCSV("wedged-listener")
-	}, false)
-	makeLB(t, base, "lb-c-good", self)
-	statsServer(t, filepath.Join(base, "lb-c-good.sock"), func() string { return frontendCSV("other-listener") }, false)
+// pacedSource is an HAProxySource for a synctest bubble: its LBs run, and
+// each answers with one listener, <lb>-listener, after wait(lb); a
+// negative wait never answers (the read lasts until it is cut off).
+type pacedSource struct {
+	lbs  []string
+	wait func(lb string) time.Duration
+}
 
-	cfg := withConfig(testConfig(base, hm.dest()), func(c *config.Config) { c.HeartbeatInterval = time.Second })
-	const limit = 1500 * time.Millisecond
-	s := New(Options{Config: cfg, Log: zap.NewNop(), HAProxy: LayoutSource{Layout: haproxy.Layout{Base: base}},
-		LVS: NoLVS{}, SlowReadLimit: limit})
-	s.Cycle(context.Background())
-	if m := hm.next(10*time.Second, testKey); len(m.Listeners) != 3 {
-		t.Fatalf("first heartbeat: listeners %v, want all three", m.Listeners)
+func (p pacedSource) LoadBalancers() ([]string, error) { return p.lbs, nil }
+func (p pacedSource) Running(string) bool              { return true }
+func (p pacedSource) ShowStat(ctx context.Context, lb string, _ *StatScratch) ([]stats.Row, error) {
+	var answered <-chan time.Time
+	if d := p.wait(lb); d >= 0 {
+		answered = time.After(d)
 	}
-	wedged.Lock()
-	hang = true
-	wedged.Unlock()
-	cycle := func(what string, wantWedged bool) {
-		t.Helper()
-		start := time.Now()
-		s.Cycle(context.Background())
-		took := time.Since(start)
-		m := hm.next(10*time.Second, testKey)
-		if _, ok := m.Listeners["good-listener"]; !ok || m.Listeners["other-listener"].Status != "OPEN" {
-			t.Fatalf("%s: listeners %v: the answering LBs are missing", what, m.Listeners)
-		}
-		if _, present := m.Listeners["wedged-listener"]; present != wantWedged {
-			t.Fatalf("%s: wedged LB present = %v, want %v", what, present, wantWedged)
-		}
-		// The soft deadline is 500 ms.
-		if took > 2*time.Second {
-			t.Fatalf("%s: the cycle took %v with a wedged stats socket", what, took)
-		}
-		t.Logf("%s: cycle with a wedged stats socket took %v", what, took.Round(time.Millisecond))
+	select {
+	case <-answered:
+		return stats.ParseStat([]byte(frontendCSV(lb + "-listener")))
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
+}
+
+// pacedSender is a sender over src at a 1 s interval (a 500 ms soft
+// deadline), its heartbeats seen by log.
+func pacedSender(t *testing.T, src pacedSource, limit time.Duration, log *beatLog) *Sender {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	cfg := withConfig(testConfig(t.TempDir(), hm.dest()), func(c *config.Config) { c.HeartbeatInterval = time.Second })
+	return New(Options{Config: cfg, HAProxy: src, LVS: NoLVS{}, SlowReadLimit: limit, Sent: log.sent})
+}
+
+// timedCycle runs one cycle and returns its heartbeat and how long the
+// cycle took on the bubble's clock.
+func timedCycle(t *testing.T, s *Sender, log *beatLog) (Message, time.Duration) {
+	t.Helper()
+	before := len(log.all())
 	start := time.Now()
-	cycle("while the read goes on", true)
-	if !s.readEnded("lb-b-wedged", 10*time.Second) || !s.isUnresponsive("lb-b-wedged") {
-		t.Fatal("the wedged LB's read did not end as unresponsive")
+	s.Cycle(context.Background())
+	took := time.Since(start)
+	beats := log.all()
+	if len(beats) != before+1 {
+		t.Fatalf("a cycle sent %d heartbeats, want 1", len(beats)-before)
 	}
-	if waited := time.Since(start); waited < limit {
-		t.Fatalf("unresponsive after %v, before the slow-read limit %v", waited, limit)
-	}
-	cycle("once unresponsive", false)
-	cycle("still unresponsive", false)
+	return beats[before].msg, took
+}
+
+// soft is the soft deadline of a 1 s interval.
+const soft = 500 * time.Millisecond
+
+// A stats socket that stops answering holds no heartbeat back: its LB's
+// last reading stands in for the soft deadline's wait while the read goes
+// on; once the read has taken the slow-read limit the LB is left out, and
+// the cycles still wait only the soft deadline. In a synctest bubble the
+// waits are exact.
+func TestWedgedStatsSocketDoesNotDelayHeartbeat(t *testing.T) {
+	var wedged atomic.Bool
+	src := pacedSource{lbs: []string{"lb-a-good", "lb-b-wedged", "lb-c-good"}, wait: func(lb string) time.Duration {
+		if lb == "lb-b-wedged" && wedged.Load() {
+			return -1
+		}
+		return 0
+	}}
+	const limit = 1500 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		log := &beatLog{t: t}
+		s := pacedSender(t, src, limit, log)
+		if m, took := timedCycle(t, s, log); len(m.Listeners) != 3 || took != 0 {
+			t.Fatalf("first heartbeat after %v: listeners %v, want all three at once", took, m.Listeners)
+		}
+		wedged.Store(true)
+		cycle := func(what string, wantWedged bool) {
+			t.Helper()
+			m, took := timedCycle(t, s, log)
+			if _, ok := m.Listeners["lb-a-good-listener"]; !ok || m.Listeners["lb-c-good-listener"].Status != "OPEN" {
+				t.Fatalf("%s: listeners %v: the answering LBs are missing", what, m.Listeners)
+			}
+			if _, present := m.Listeners["lb-b-wedged-listener"]; present != wantWedged {
+				t.Fatalf("%s: wedged LB present = %v, want %v", what, present, wantWedged)
+			}
+			if took != soft {
+				t.Fatalf("%s: the cycle took %v with a wedged stats socket, want the soft deadline %v", what, took, soft)
+			}
+		}
+		start := time.Now()
+		cycle("while the read goes on", true)
+		if !s.readEnded("lb-b-wedged", 10*time.Second) || !s.isUnresponsive("lb-b-wedged") {
+			t.Fatal("the wedged LB's read did not end as unresponsive")
+		}
+		if waited := time.Since(start); waited != limit {
+			t.Fatalf("unresponsive after %v, want the slow-read limit %v", waited, limit)
+		}
+		cycle("once unresponsive", false)
+		cycle("still unresponsive", false)
+		// A bubble ends only once its goroutines have: the last read too.
+		s.readEnded("lb-b-wedged", limit)
+	})
 }
 
 // A HAProxy slow to answer its first stats read (a busy machine, a worker
@@ -334,74 +342,64 @@ func TestWedgedStatsSocketDoesNotDelayHeartbeat(t *testing.T) {
 // carries its listeners, as upstream's, which blocks until HAProxy
 // answers.
 func TestSlowFirstReadIsWaitedFor(t *testing.T) {
-	base := haproxytest.ShortDir(t)
-	hm := listen(t, "udp4", "127.0.0.1:0")
-	self := os.Getpid()
-	makeLB(t, base, "lb-fast", self)
-	statsServer(t, filepath.Join(base, "lb-fast.sock"), func() string { return frontendCSV("fast-listener") }, false)
-	makeLB(t, base, "lb-slow", self)
 	const delay = 1500 * time.Millisecond
-	statsServer(t, filepath.Join(base, "lb-slow.sock"), func() string {
-		time.Sleep(delay) // HAProxy taking its time
-		return frontendCSV("slow-listener")
-	}, false)
-	cfg := withConfig(testConfig(base, hm.dest()), func(c *config.Config) { c.HeartbeatInterval = time.Second })
-	s := newSender(t, cfg, nil, LayoutSource{Layout: haproxy.Layout{Base: base}})
-	start := time.Now()
-	s.Cycle(context.Background())
-	took := time.Since(start)
-	m := hm.next(10*time.Second, testKey)
-	if len(m.Listeners) != 2 {
-		t.Fatalf("first heartbeat after %v: listeners %v, want both", took, m.Listeners)
-	}
-	t.Logf("first heartbeat went after %v", took.Round(time.Millisecond))
+	src := pacedSource{lbs: []string{"lb-fast", "lb-slow"}, wait: func(lb string) time.Duration {
+		if lb == "lb-slow" {
+			return delay // HAProxy taking its time
+		}
+		return 0
+	}}
+	synctest.Test(t, func(t *testing.T) {
+		log := &beatLog{t: t}
+		s := pacedSender(t, src, 0, log)
+		if m, took := timedCycle(t, s, log); len(m.Listeners) != 2 || took != delay {
+			t.Fatalf("first heartbeat after %v: listeners %v, want both after %v", took, m.Listeners, delay)
+		}
+	})
 }
 
 // A HAProxy that stalls for 3 s (its worker stopped, say) after answering
 // keeps its listeners in every heartbeat of the stall: its last reading
-// stands in while the read goes on, and the cycles keep their pace.
+// stands in while the read goes on, and each cycle waits no longer than
+// the soft deadline.
 func TestStalledHAProxyKeepsItsListeners(t *testing.T) {
-	base := haproxytest.ShortDir(t)
-	hm := listen(t, "udp4", "127.0.0.1:0")
-	makeLB(t, base, "lb-stall", os.Getpid())
 	var mu sync.Mutex
 	var stalledUntil time.Time
-	statsServer(t, filepath.Join(base, "lb-stall.sock"), func() string {
+	src := pacedSource{lbs: []string{"lb-stall"}, wait: func(string) time.Duration {
 		mu.Lock()
-		until := stalledUntil
+		defer mu.Unlock()
+		return max(time.Until(stalledUntil), 0) // no wait when not stalled
+	}}
+	synctest.Test(t, func(t *testing.T) {
+		log := &beatLog{t: t}
+		s := pacedSender(t, src, 0, log)
+		if m, _ := timedCycle(t, s, log); len(m.Listeners) != 1 {
+			t.Fatalf("first heartbeat: listeners %v", m.Listeners)
+		}
+		const stall = 3 * time.Second
+		mu.Lock()
+		stalledUntil = time.Now().Add(stall)
+		end := stalledUntil
 		mu.Unlock()
-		time.Sleep(time.Until(until)) // no wait when not stalled
-		return frontendCSV("stall-listener")
-	}, false)
-	cfg := withConfig(testConfig(base, hm.dest()), func(c *config.Config) { c.HeartbeatInterval = time.Second })
-	s := newSender(t, cfg, nil, LayoutSource{Layout: haproxy.Layout{Base: base}})
-	s.Cycle(context.Background())
-	if m := hm.next(10*time.Second, testKey); len(m.Listeners) != 1 {
-		t.Fatalf("first heartbeat: listeners %v", m.Listeners)
-	}
-	const stall = 3 * time.Second
-	mu.Lock()
-	stalledUntil = time.Now().Add(stall)
-	end := stalledUntil
-	mu.Unlock()
-	// The cycles of the stall, and two after it.
-	cycles, after := 0, 0
-	for ; after < 2; cycles++ {
-		if !time.Now().Before(end) {
-			after++
+		// The cycles of the stall, and two after it.
+		cycles, after := 0, 0
+		for ; after < 2; cycles++ {
+			start := time.Now()
+			if !start.Before(end) {
+				after++
+			}
+			m, took := timedCycle(t, s, log)
+			if _, ok := m.Listeners["lb-stall-listener"]; !ok {
+				t.Fatalf("heartbeat %d, %v into the stall: listener left out", cycles+1, start.Sub(end.Add(-stall)))
+			}
+			if want := min(max(end.Sub(start), 0), soft); took != want {
+				t.Fatalf("heartbeat %d, %v into the stall: the cycle took %v, want %v", cycles+1, start.Sub(end.Add(-stall)), took, want)
+			}
 		}
-		start := time.Now()
-		s.Cycle(context.Background())
-		took := time.Since(start)
-		m := hm.next(10*time.Second, testKey)
-		if _, ok := m.Listeners["stall-listener"]; !ok {
-			t.Fatalf("heartbeat %d, %v into the stall: listener left out", cycles+1, start.Sub(end.Add(-stall)).Round(time.Millisecond))
+		if want := int(stall/soft) + 2; cycles != want {
+			t.Fatalf("%d heartbeats during and after a %v stall, want %d", cycles, stall, want)
 		}
-		if took > 2*time.Second {
-			t.Fatalf("heartbeat %d: the cycle took %v during the stall", cycles, took)
-		}
-	}
-	t.Logf("%d heartbeats during and after a %v stall, all with the listener", cycles, stall)
+	})
 }
 
 // Under CPU contention (busy loops on every core, as when the unit tier

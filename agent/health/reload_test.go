@@ -34,16 +34,7 @@ func TestReloadRaceRealHAProxy(t *testing.T) {
 	}
 	member := haproxytest.FreePort(t)
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, `global
-    maxconn 200
-    stats socket %s mode 0666 level user
-
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 5s
-    timeout server 5s
-`, layout.SocketPath(lb))
+	cfg.WriteString(haproxytest.Preamble(200, layout.SocketPath(lb)))
 	for i, l := range listenerIDs {
 		fmt.Fprintf(&cfg, `
 frontend %[1]s

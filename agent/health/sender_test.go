@@ -9,9 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/tick"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
@@ -120,50 +124,88 @@ func withConfig(cfg *config.Config, edit func(*config.Config)) *config.Config {
 	return &c
 }
 
-// Without load balancers the first heartbeat (empty listeners and pools)
-// goes out at start-up, then one per heartbeat_interval; a new interval
-// applies to the wait under way (§7.8).
-func TestSenderRunsAtStartAndEveryInterval(t *testing.T) {
-	hm := listen(t, "udp4", "127.0.0.1:0")
-	cfg := testConfig(t.TempDir(), hm.dest()) // interval: one hour
-	s := newSender(t, cfg, nil, nil)
+// beat is a heartbeat as the Sent hook saw it: decoded, and when it left.
+type beat struct {
+	msg Message
+	at  time.Time
+}
+
+// beatLog collects what a sender hands to the kernel, for tests that run
+// the loop in a synctest bubble, where reading the receiving socket would
+// not count as waiting.
+type beatLog struct {
+	t     testing.TB
+	mu    sync.Mutex
+	beats []beat
+}
+
+func (l *beatLog) sent(_ string, datagram []byte) {
+	m, err := Decode(datagram, testKey)
+	if err != nil {
+		l.t.Error(err)
+		return
+	}
+	l.mu.Lock()
+	l.beats = append(l.beats, beat{m, time.Now()})
+	l.mu.Unlock()
+}
+
+func (l *beatLog) all() []beat {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.beats)
+}
+
+// runInBubble starts s.Run in the current synctest bubble and returns a
+// stop that ends it and checks it returned nil.
+func runInBubble(t *testing.T, s *Sender) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
-		<-done
-	})
-
-	first := hm.next(5*time.Second, testKey)
-	want := Message{ID: sampleAmphora, Seq: 0, Listeners: map[string]Listener{}, Pools: map[string]Pool{}, Ver: 3}
-	if !reflect.DeepEqual(first, want) {
-		t.Fatalf("first heartbeat %+v, want %+v", first, want)
-	}
-	// With an hour to wait, only a new interval brings the next one.
-	s.SetConfig(withConfig(cfg, func(c *config.Config) { c.HeartbeatInterval = 50 * time.Millisecond }))
-	var last time.Time
-	for seq := uint64(1); seq <= 4; seq++ {
-		m := hm.next(5*time.Second, testKey)
-		now := time.Now()
-		if m.Seq != seq || len(m.Listeners) != 0 || len(m.Pools) != 0 {
-			t.Fatalf("heartbeat %+v, want seq %d and nothing to report", m, seq)
-		}
-		if seq > 1 && now.Sub(last) < 40*time.Millisecond {
-			t.Errorf("heartbeats %d and %d %v apart, interval 50ms", seq-1, seq, now.Sub(last))
-		}
-		last = now
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after cancellation")
 	}
-	done <- nil
+}
+
+// Without load balancers the first heartbeat (empty listeners and pools)
+// goes out at start-up, then one at each instant of heartbeat_interval; a
+// new interval applies to the wait under way (§7.8). The loop runs in a
+// synctest bubble: its clock is fake and moves only when every goroutine
+// waits, so the instants are exact.
+func TestSenderRunsAtStartAndEveryInterval(t *testing.T) {
+	hm := listen(t, "udp4", "127.0.0.1:0")
+	cfg := testConfig(t.TempDir(), hm.dest()) // interval: one hour
+	synctest.Test(t, func(t *testing.T) {
+		log := &beatLog{t: t}
+		s := New(Options{Config: cfg, LVS: NoLVS{}, Sent: log.sent})
+		start := time.Now()
+		stop := runInBubble(t, s)
+		synctest.Wait()
+		want := Message{ID: sampleAmphora, Seq: 0, Listeners: map[string]Listener{}, Pools: map[string]Pool{}, Ver: 3}
+		if b := log.all(); len(b) != 1 || !reflect.DeepEqual(b[0].msg, want) || !b[0].at.Equal(start) {
+			t.Fatalf("at start: heartbeats %+v, want one at once: %+v", b, want)
+		}
+		// With an hour to wait, only a new interval brings the next one.
+		const every = 50 * time.Millisecond
+		s.SetConfig(withConfig(cfg, func(c *config.Config) { c.HeartbeatInterval = every }))
+		time.Sleep(4 * every)
+		synctest.Wait()
+		stop()
+		beats := log.all()
+		if len(beats) != 5 {
+			t.Fatalf("%d heartbeats in %v at a %v interval, want 1 + 4", len(beats), 4*every, every)
+		}
+		for i, b := range beats[1:] {
+			prev := beats[i].at
+			if want := tick.Next(prev, every); b.msg.Seq != uint64(i+1) || !b.at.Equal(want) ||
+				len(b.msg.Listeners) != 0 || len(b.msg.Pools) != 0 {
+				t.Fatalf("heartbeat %+v at %v after %v, want seq %d at %v and nothing to report", b.msg, b.at, prev, i+1, want)
+			}
+		}
+	})
 }
 
 // The key is read from the live configuration for every datagram (§7.4).
@@ -264,6 +306,21 @@ func uuid(n int) string {
 	h := uint64(n)*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019
 	h2 := h*0xBF58476D1CE4E5B9 ^ h>>31
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", uint32(h), uint16(h>>32), uint16(h>>48)&0xfff, uint16(h2)&0xfff, h2>>16&0xffffffffffff)
+}
+
+// readingOf parses a `show stat` answer into a Reading, as a heartbeat
+// does.
+func readingOf(tb testing.TB, csv []byte) Reading {
+	tb.Helper()
+	rows, err := stats.ParseStat(csv)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r, err := FromRows(rows)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
 }
 
 // sampleCSV renders `show stat` for listeners × members per listener.

@@ -75,7 +75,7 @@ func (s LayoutSource) ShowStat(ctx context.Context, lb string, sc *StatScratch) 
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	rows, err := stats.ShowStatAppend(ctx, s.Layout.SocketPath(lb), stats.All, stats.All, stats.All, &sc.Answer, sc.Rows)
+	rows, err := stats.ShowStat(ctx, s.Layout.SocketPath(lb), &sc.Answer, sc.Rows)
 	if err == nil {
 		sc.Rows = rows
 	}

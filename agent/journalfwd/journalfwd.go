@@ -41,6 +41,13 @@ func (Journal) Send(m string, p journal.Priority, f map[string]string) error {
 // Available reports whether a journal listens on this host (systemd).
 func Available() bool { return journal.Enabled() }
 
+// StderrIsJournal reports whether this process's stderr is a journal
+// stream (systemd's JOURNAL_STREAM names it), as under a unit.
+func StderrIsJournal() bool {
+	ok, _ := journal.StderrIsJournalStream()
+	return ok
+}
+
 // Options shape a Follower.
 type Options struct {
 	Sink Sink

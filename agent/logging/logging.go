@@ -1,10 +1,14 @@
 // Package logging builds the agent's zap logger: human-readable lines on
 // stderr (journald captures them) and, when use_syslog is set, the same
-// records to the local syslog daemon with the configured facility.
+// records to the local syslog daemon with the configured facility. When
+// stderr is the journal, every line carries its priority, and with
+// use_syslog each record goes to syslog only: the journal is what listens
+// on /dev/log under systemd, so writing both stored every line twice.
 package logging
 
 import (
 	"fmt"
+	"io"
 	"log/syslog"
 	"os"
 	"strings"
@@ -20,6 +24,14 @@ type Options struct {
 	Facility string
 	// Tag names the program in syslog.
 	Tag string
+	// StderrJournal says stderr is a journal stream (JOURNAL_STREAM names
+	// it): lines get sd-daemon priority prefixes ("<4>" for a warning).
+	StderrJournal bool
+	// Stderr is where lines go; nil is os.Stderr.
+	Stderr io.Writer
+	// SyslogNetwork and SyslogAddr name the syslog socket; empty is the
+	// local default (/dev/log).
+	SyslogNetwork, SyslogAddr string
 }
 
 var facilities = map[string]syslog.Priority{
@@ -62,8 +74,11 @@ func newSyslogEncoder() zapcore.Encoder {
 // not reachable is reported on stderr and otherwise ignored: logging must
 // never stop the agent from serving.
 func New(level zap.AtomicLevel, o Options) (*zap.Logger, func()) {
-	ec := encoderConfig()
-	cores := []zapcore.Core{zapcore.NewCore(zapcore.NewConsoleEncoder(ec), zapcore.Lock(os.Stderr), level)}
+	stderr := o.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	var cores []zapcore.Core
 	cleanup := func() {}
 	var syslogErr error
 	if o.UseSyslog {
@@ -73,6 +88,18 @@ func New(level zap.AtomicLevel, o Options) (*zap.Logger, func()) {
 		} else {
 			cores = append(cores, &syslogCore{LevelEnabler: level, enc: newSyslogEncoder(), w: w})
 			cleanup = func() { w.Close() }
+		}
+	}
+	// Under the journal, syslog is the journal: stderr would be a second
+	// copy of each record.
+	if len(cores) == 0 || !o.StderrJournal {
+		ec := encoderConfig()
+		if o.StderrJournal {
+			// The journal stamps its own time and the prefix is the level.
+			ec.TimeKey, ec.LevelKey = "", ""
+			cores = append(cores, journalStderrCores(zapcore.NewConsoleEncoder(ec), stderr, level)...)
+		} else {
+			cores = append(cores, zapcore.NewCore(zapcore.NewConsoleEncoder(ec), zapcore.Lock(zapcore.AddSync(stderr)), level))
 		}
 	}
 	log := zap.New(zapcore.NewTee(cores...), zap.AddCaller())
@@ -94,6 +121,9 @@ func dialSyslog(o Options) (*syslog.Writer, error) {
 	tag := o.Tag
 	if tag == "" {
 		tag = "amphora-agent"
+	}
+	if o.SyslogAddr != "" {
+		return syslog.Dial(o.SyslogNetwork, o.SyslogAddr, fac|syslog.LOG_INFO, tag)
 	}
 	return syslog.New(fac|syslog.LOG_INFO, tag)
 }

@@ -1,16 +1,8 @@
 // Package memtrim hands heap memory the agent has freed back to the
-// kernel once the agent is quiet.
-//
-// Go's runtime keeps freed heap pages mapped up to about its heap goal,
-// which never drops below 4 MiB: after a burst of controller requests (TLS
-// handshakes, uploads) an idle agent goes on holding a few MiB it no longer
-// uses, and its slow background scavenger returns nothing below that goal.
-// A trim is two full collections plus returning every free page
-// (debug.FreeOSMemory): a sync.Pool keeps what it holds through one
-// collection, so after a single one the buffers net/http pooled during a
-// burst (a few MB after a flood of scrapes) would stay. It costs one or
-// two milliseconds of CPU, so it runs only when the agent has been quiet
-// for a moment and enough would come back.
+// kernel once the agent is quiet: Go's runtime keeps a few MiB of freed
+// pages mapped after a burst of requests. A trim is two collections (a
+// sync.Pool survives one) and debug.FreeOSMemory; it costs a millisecond
+// or two, so it runs only after a quiet moment when enough would return.
 package memtrim
 
 import (

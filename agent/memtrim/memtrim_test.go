@@ -4,12 +4,12 @@ import (
 	"context"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
-
-	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // fake counts what a Trimmer asks and does.
@@ -37,79 +37,99 @@ func (f *fake) start(t *testing.T, o Options) *Trimmer {
 	return tr
 }
 
-// Requests in a row postpone the trim: each trim comes at least the quiet
-// time after the last touch before it, and one follows the last touch.
+// The scheduling tests run in a synctest bubble: time there is fake and
+// moves only when every goroutine of the bubble waits, so a sleep in the
+// test advances the Trimmer's timers to the exact instant and
+// synctest.Wait lets its loop finish reacting before the test looks.
+
+// Requests in a row postpone the trim: none comes while they arrive, and
+// exactly one comes the quiet time after the last.
 func TestTrimOnlyAfterQuiet(t *testing.T) {
-	const quiet = 100 * time.Millisecond
-	var f fake
-	f.reclaimable.Store(3 << 20)
-	var mu sync.Mutex
-	var releases []time.Time
-	f.onRelease = func() { mu.Lock(); releases = append(releases, time.Now()); mu.Unlock() }
-	tr := f.start(t, Options{Quiet: quiet, Every: time.Hour})
-	var touches []time.Time
-	for range 10 {
-		touches = append(touches, time.Now())
-		tr.Touch()
-		time.Sleep(20 * time.Millisecond)
-	}
-	last := touches[len(touches)-1]
-	testkit.WaitFor(t, 5*time.Second, "the trim after the last request", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(releases) > 0 && releases[len(releases)-1].After(last)
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	for _, r := range releases {
-		for _, to := range touches {
-			if to.Before(r) && r.Sub(to) < quiet {
-				t.Fatalf("a trim %v after a request (quiet %v)", r.Sub(to), quiet)
-			}
+	synctest.Test(t, func(t *testing.T) {
+		const quiet = 100 * time.Millisecond
+		var f fake
+		f.reclaimable.Store(3 << 20)
+		var mu sync.Mutex // a timer's wake-up orders nothing for the race detector
+		var releases []time.Time
+		f.onRelease = func() { mu.Lock(); releases = append(releases, time.Now()); mu.Unlock() }
+		trims := func() []time.Time { mu.Lock(); defer mu.Unlock(); return slices.Clone(releases) }
+		tr := f.start(t, Options{Quiet: quiet, Every: time.Hour})
+		var last time.Time
+		for range 10 {
+			last = time.Now()
+			tr.Touch()
+			time.Sleep(quiet / 5)
 		}
-	}
-	if len(releases) > 1 {
-		t.Logf("%d trims: the machine stalled between requests", len(releases))
-	}
+		synctest.Wait()
+		if r := trims(); len(r) != 0 {
+			t.Fatalf("trims at %v while requests kept coming", r)
+		}
+		time.Sleep(quiet)
+		synctest.Wait()
+		if r := trims(); len(r) != 1 || !r[0].Equal(last.Add(quiet)) {
+			t.Fatalf("trims at %v, want one at %v (the quiet time after the last request)", r, last.Add(quiet))
+		}
+	})
 }
 
 // A trim that would return less than the minimum is not done.
 func TestNoTrimBelowMinimum(t *testing.T) {
-	var f fake
-	f.reclaimable.Store(DefaultMinimum - 1)
-	tr := f.start(t, Options{Quiet: 10 * time.Millisecond, Every: time.Hour})
-	tr.Touch()
-	testkit.WaitFor(t, 5*time.Second, "the check after the quiet", func() bool { return f.asked.Load() == 1 })
-	if n := f.released.Load(); n != 0 {
-		t.Fatalf("%d trims with %d bytes reclaimable", n, DefaultMinimum-1)
-	}
-	f.reclaimable.Store(DefaultMinimum)
-	tr.Touch()
-	testkit.WaitFor(t, 5*time.Second, "the trim at the minimum", func() bool { return f.released.Load() == 1 })
+	synctest.Test(t, func(t *testing.T) {
+		const quiet = 10 * time.Millisecond
+		var f fake
+		f.reclaimable.Store(DefaultMinimum - 1)
+		tr := f.start(t, Options{Quiet: quiet, Every: time.Hour})
+		tr.Touch()
+		time.Sleep(quiet)
+		synctest.Wait()
+		if a, n := f.asked.Load(), f.released.Load(); a != 1 || n != 0 {
+			t.Fatalf("%d checks and %d trims with %d bytes reclaimable, want 1 and 0", a, n, DefaultMinimum-1)
+		}
+		f.reclaimable.Store(DefaultMinimum)
+		tr.Touch()
+		time.Sleep(quiet)
+		synctest.Wait()
+		if n := f.released.Load(); n != 1 {
+			t.Fatalf("%d trims at the minimum, want 1", n)
+		}
+	})
 }
 
-// Without activity the periodic check trims what built up.
+// Without activity the periodic check trims what built up, once a period.
 func TestTrimPeriodically(t *testing.T) {
-	var f fake
-	f.reclaimable.Store(2 << 20)
-	f.start(t, Options{Quiet: time.Hour, Every: 20 * time.Millisecond})
-	testkit.WaitFor(t, 5*time.Second, "two periodic trims", func() bool { return f.released.Load() >= 2 })
+	synctest.Test(t, func(t *testing.T) {
+		const every = 20 * time.Millisecond
+		var f fake
+		f.reclaimable.Store(2 << 20)
+		f.start(t, Options{Quiet: time.Hour, Every: every})
+		time.Sleep(2 * every)
+		synctest.Wait()
+		if n := f.released.Load(); n != 2 {
+			t.Fatalf("%d trims in two periods, want 2", n)
+		}
+	})
 }
 
 // The periodic check waits while a quiet spell is pending, so requests
 // are never followed by a collection in their midst.
 func TestPeriodicWaitsForQuiet(t *testing.T) {
-	var f fake
-	f.reclaimable.Store(2 << 20)
-	tr := f.start(t, Options{Quiet: 150 * time.Millisecond, Every: 10 * time.Millisecond})
-	tr.Touch()
-	// Give the Run loop the touch before counting.
-	testkit.WaitFor(t, 5*time.Second, "the touch taken", func() bool { return len(tr.touched) == 0 })
-	before := f.released.Load()
-	time.Sleep(60 * time.Millisecond)
-	if n := f.released.Load() - before; n > 1 {
-		t.Fatalf("%d periodic trims while a quiet spell was pending", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const quiet, every = 150 * time.Millisecond, 10 * time.Millisecond
+		var f fake
+		f.reclaimable.Store(2 << 20)
+		tr := f.start(t, Options{Quiet: quiet, Every: every})
+		tr.Touch()
+		time.Sleep(quiet - time.Millisecond)
+		synctest.Wait()
+		if n := f.released.Load(); n != 0 {
+			t.Fatalf("%d periodic trims while a quiet spell was pending", n)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := f.released.Load(); n == 0 {
+			t.Fatal("no trim once the quiet spell ended")
+		}
+	})
 }
 
 // Reclaimable sees garbage and a release returns it. The garbage stays

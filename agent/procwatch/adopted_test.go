@@ -1,13 +1,17 @@
 package procwatch
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // threads is this process's OS thread count.
@@ -24,6 +28,22 @@ func threads(t *testing.T) int {
 	}
 	t.Fatal("no Threads line")
 	return 0
+}
+
+// blockedWatches counts the goroutines of WatchAdopted that wait (in the
+// poller, a system call, a channel or a sleep) rather than run.
+func blockedWatches() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		header, _, _ := bytes.Cut(g, []byte("\n"))
+		running := bytes.Contains(header, []byte("[running]")) || bytes.Contains(header, []byte("[runnable]"))
+		if !running && bytes.Contains(g, []byte("procwatch.WatchAdopted.func1(")) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestWatchAdoptedParksNoThread: watching 40 adopted processes holds no
@@ -51,7 +71,9 @@ func TestWatchAdoptedParksNoThread(t *testing.T) {
 	for _, c := range cmds {
 		watched = append(watched, WatchAdopted(c.Process.Pid, done))
 	}
-	time.Sleep(300 * time.Millisecond) // let every watch reach its wait
+	// Threads are counted only once every watch waits: a watch that held a
+	// thread would hold it by then.
+	testkit.WaitFor(t, 10*time.Second, "every watch to wait", func() bool { return blockedWatches() >= n })
 	if grew := threads(t) - before; grew > n/4 {
 		t.Errorf("watching %d adopted processes added %d OS threads", n, grew)
 	}

@@ -102,6 +102,10 @@ type Spec struct {
 	Poll         time.Duration
 	Settle       time.Duration
 	MaxLog       int64
+	// After is the clock of the backoff before a restart and of Settle
+	// (time.After by default): a test passes its own to see those waits
+	// without spending them.
+	After func(d time.Duration) <-chan time.Time
 }
 
 func (s *Spec) defaults() {
@@ -137,6 +141,9 @@ func (s *Spec) defaults() {
 	}
 	if s.MaxLog <= 0 {
 		s.MaxLog = DefaultMaxLog
+	}
+	if s.After == nil {
+		s.After = time.After
 	}
 }
 
@@ -358,7 +365,7 @@ func (h *Held) Start(ctx context.Context) error {
 		pid, err := pidfile.Read(s.PidPath)
 		return err == nil && pid == proc.Pid && s.Ready(ctx, proc)
 	}
-	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, ready,
+	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, s.After, ready,
 		func() error { return fmt.Errorf("%s not ready within %v", s.Name, s.StartTimeout) })
 	if err != nil {
 		Kill(proc, 0)
@@ -674,7 +681,7 @@ func (d *Daemon) follow(proc *Process) {
 func (d *Daemon) respawner() *Respawner {
 	s := &d.spec
 	return &Respawner{
-		Lock: &d.mu, Done: d.done, Backoff: s.Backoff, Respawns: &d.respawns,
+		Lock: &d.mu, Done: d.done, Backoff: s.Backoff, Respawns: &d.respawns, After: s.After,
 		StartTimeout: s.StartTimeout + time.Second,
 		Dead: func(proc *Process) bool {
 			if d.proc != proc && d.proc != nil || !d.desired || d.removed {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd/journalfwdtest"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // A Held is the lock itself: one kept past With's callback cannot be used.
@@ -47,14 +48,21 @@ func startAndStop(t *testing.T, d *Daemon, n int) {
 }
 
 // The output file holds one run: a start moves the previous run's output
-// to <log>.1, so a crash loop cannot grow it.
+// to <log>.1, so a crash loop cannot grow it. Each start waits the
+// default settle time, asked of the spec's clock.
 func TestStartRotatesTheOutputFile(t *testing.T) {
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "daemon.log")
 	done := make(chan struct{})
 	defer close(done)
-	d := NewDaemon(echoSpec(dir, logPath), done)
+	spec := echoSpec(dir, logPath)
+	var clock testkit.Delays
+	spec.After = clock.After
+	d := NewDaemon(spec, done)
 	startAndStop(t, d, 3)
+	if got, want := clock.Asked(), []time.Duration{DefaultSettle, DefaultSettle, DefaultSettle}; !slices.Equal(got, want) {
+		t.Fatalf("three starts waited %v, want %v", got, want)
+	}
 	cur, _ := os.ReadFile(logPath)
 	prev, _ := os.ReadFile(logPath + ".1")
 	if strings.TrimSpace(string(cur)) != "run 3" || strings.TrimSpace(string(prev)) != "run 2" {

@@ -42,9 +42,10 @@ func Kill(p *Process, wait time.Duration) bool {
 }
 
 // WaitReady waits until ready reports true, polling every poll, and then
-// until p has stayed up for settle. It fails as "<name> <status>" when p
-// ends first, and with timedOut() when ctx ends.
-func WaitReady(ctx context.Context, p *Process, name string, poll, settle time.Duration, ready func() bool, timedOut func() error) error {
+// until p has stayed up for settle, as after tells. It fails as
+// "<name> <status>" when p ends first, and with timedOut() when ctx ends.
+func WaitReady(ctx context.Context, p *Process, name string, poll, settle time.Duration, after func(time.Duration) <-chan time.Time,
+	ready func() bool, timedOut func() error) error {
 	for {
 		select {
 		case <-p.Exited:
@@ -55,7 +56,7 @@ func WaitReady(ctx context.Context, p *Process, name string, poll, settle time.D
 			select {
 			case <-p.Exited:
 				return fmt.Errorf("%s %s right after start", name, p.Status)
-			case <-time.After(settle):
+			case <-after(settle):
 				return nil
 			}
 		}
@@ -76,6 +77,8 @@ type Respawner struct {
 	Done     <-chan struct{} // closed when supervision ends
 	Backoff  Backoff
 	Respawns *Respawns
+	// After is the clock of the backoff (time.After when nil).
+	After func(time.Duration) <-chan time.Time
 	// StartTimeout bounds one Start.
 	StartTimeout time.Duration
 
@@ -122,8 +125,12 @@ func (r *Respawner) Watch(proc *Process) {
 		if loud {
 			r.Died(proc, uptime, delay, streak)
 		}
+		after := r.After
+		if after == nil {
+			after = time.After
+		}
 		select {
-		case <-time.After(delay):
+		case <-after(delay):
 		case <-r.Done:
 			return
 		}

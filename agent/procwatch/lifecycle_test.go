@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 func startChild(t *testing.T, args ...string) *Process {
@@ -59,20 +62,20 @@ func TestStopEscalatesToKill(t *testing.T) {
 func TestWaitReady(t *testing.T) {
 	p := startChild(t, "sleep", "30")
 	calls := 0
-	err := WaitReady(context.Background(), p, "daemon", 5*time.Millisecond, 10*time.Millisecond,
+	err := WaitReady(context.Background(), p, "daemon", 5*time.Millisecond, 10*time.Millisecond, time.After,
 		func() bool { calls++; return calls >= 3 }, func() error { return errors.New("timeout") })
 	if err != nil || calls != 3 {
 		t.Fatalf("ready after %d polls: %v", calls, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err = WaitReady(ctx, p, "daemon", 5*time.Millisecond, 0, func() bool { return false }, func() error { return errors.New("not ready") })
+	err = WaitReady(ctx, p, "daemon", 5*time.Millisecond, 0, time.After, func() bool { return false }, func() error { return errors.New("not ready") })
 	if err == nil || err.Error() != "not ready" {
 		t.Fatalf("never ready: %v", err)
 	}
 	dead := startChild(t, "true")
 	<-dead.Exited
-	err = WaitReady(context.Background(), dead, "daemon", 5*time.Millisecond, 0, func() bool { return false }, nil)
+	err = WaitReady(context.Background(), dead, "daemon", 5*time.Millisecond, 0, time.After, func() bool { return false }, nil)
 	if err == nil || err.Error() != "daemon exit status 0" {
 		t.Fatalf("exited process: %v", err)
 	}
@@ -101,6 +104,31 @@ func TestRespawnerRestartsUntilAStartSucceeds(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("never restarted")
+	}
+}
+
+// TestRespawnerBacksOffOnTheDefaultSeries: a daemon that keeps failing
+// to start is started again at once twice, then after 2, 4, 8 and 16 s,
+// then every 30 s; the waits are asked of the Respawner's clock, which
+// lets them pass at once.
+func TestRespawnerBacksOffOnTheDefaultSeries(t *testing.T) {
+	var mu sync.Mutex
+	done := make(chan struct{})
+	defer close(done)
+	var clock testkit.Delays
+	var starts int
+	r := testRespawner(&mu, done, func(context.Context) (*Process, error) {
+		if starts++; starts < 9 {
+			return nil, errors.New("cannot start")
+		}
+		return Failed("started"), nil
+	})
+	r.Backoff, r.After = DefaultBackoff, clock.After
+	r.Watch(Failed("crashed"))
+	s := time.Second
+	want := []time.Duration{0, 0, 2 * s, 4 * s, 8 * s, 16 * s, 30 * s, 30 * s, 30 * s}
+	if got := clock.Asked(); !slices.Equal(got, want) || starts != 9 {
+		t.Fatalf("%d starts after the delays %v, want 9 after %v", starts, got, want)
 	}
 }
 

@@ -102,11 +102,15 @@ func NotLive(r *Report, err error) {
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, ErrRefused):
 		r.Agent.StateReason = "permission denied, only root may ask it"
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		r.Agent.StateReason = "no answer in time, the agent may be stuck"
+		r.Agent.StateReason = reasonNoAnswer
 	}
 	r.Unknown = append([]string{"the agent did not answer on " + r.Agent.Socket + " (" + r.Agent.StateReason +
 		"): restarts, last reloads, readiness and heartbeats are not known"}, r.Unknown...)
 }
+
+// reasonNoAnswer is the state reason of an agent that accepted the
+// connection but did not answer: something listens, so it runs, stuck.
+const reasonNoAnswer = "no answer in time, the agent may be stuck"
 
 // ErrRefused: the agent closed the connection without an answer, which it
 // does to a peer that is neither root nor its own user.

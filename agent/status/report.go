@@ -25,7 +25,28 @@ type Report struct {
 	Heartbeat    Heartbeat     `json:"heartbeat"`
 	// Unknown lists what could not be found out, and why.
 	Unknown []string `json:"unknown"`
+	// Health is the verdict `status` exits with (see Assess).
+	Health Health `json:"health"`
 }
+
+// Health sums the report up for a script: is everything that should run
+// running?
+type Health struct {
+	// State is HealthOK, HealthDegraded, HealthNotRunning or HealthUnknown.
+	State string `json:"state"`
+	// Problems says what is wrong, one line each; empty when OK.
+	Problems []string `json:"problems"`
+}
+
+// The health states, from best to worst for a script: the agent runs and
+// everything wanted runs; the agent runs (or hangs) but something wanted
+// does not; the agent is not running; it could not be asked at all.
+const (
+	HealthOK         = "ok"
+	HealthDegraded   = "degraded"
+	HealthNotRunning = "not_running"
+	HealthUnknown    = "unknown"
+)
 
 // Agent is the agent process and its configuration.
 type Agent struct {

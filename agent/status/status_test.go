@@ -18,6 +18,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/acceptretry/acceptretrytest"
 	"github.com/amphora-agent/amphora-agent/agent/config/configtest"
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -36,15 +37,7 @@ var boot = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 // which one is missing. Processes live in a fake /proc.
 func fakeState(t *testing.T, dir string) (cfgText string, sys System) {
 	base, proc := filepath.Join(dir, "lib"), filepath.Join(dir, "proc")
-	write := func(path, content string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(path, content string) { testkit.WriteFile(t, path, content) }
 	process := func(pid int, startTicks int, args ...string) {
 		write(filepath.Join(proc, fmt.Sprint(pid), "cmdline"), strings.Join(args, "\x00")+"\x00")
 		write(filepath.Join(proc, fmt.Sprint(pid), "stat"), fmt.Sprintf("%d (some name) S 1 %d %d 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 %d 0 0", pid, pid, pid, startTicks))
@@ -192,6 +185,7 @@ func TestStatusGolden(t *testing.T) {
 			} else {
 				NotLive(&r, tc.fetchErr)
 			}
+			Assess(&r)
 			txt, js := render(t, r)
 			golden(t, "status-"+tc.name+".txt", strings.ReplaceAll(txt, dir, "/T"))
 			golden(t, "status-"+tc.name+".json", strings.ReplaceAll(js, dir, "/T"))

@@ -36,6 +36,12 @@ func WriteText(w io.Writer, r Report) error {
 			fmt.Fprintf(&t.b, "  - %s\n", u)
 		}
 	}
+	if r.Health.State != "" {
+		t.head("health: %s", strings.ToUpper(strings.ReplaceAll(r.Health.State, "_", " ")))
+		for _, p := range r.Health.Problems {
+			fmt.Fprintf(&t.b, "  - %s\n", p)
+		}
+	}
 	_, err := io.WriteString(w, t.b.String())
 	return err
 }

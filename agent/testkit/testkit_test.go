@@ -1,7 +1,9 @@
 package testkit
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,5 +40,58 @@ func TestRequireRoot(t *testing.T) {
 	})
 	if went != root || skipped == root {
 		t.Fatalf("as uid %d: went on %v, skipped %v", os.Geteuid(), went, skipped)
+	}
+}
+
+func TestDelaysRecordAndPassAtOnce(t *testing.T) {
+	var c Delays
+	for _, d := range []time.Duration{0, time.Hour, time.Second} {
+		select {
+		case <-c.After(d):
+		default:
+			t.Fatalf("a delay of %v did not pass at once", d)
+		}
+	}
+	if got := c.Asked(); len(got) != 3 || got[0] != 0 || got[1] != time.Hour || got[2] != time.Second {
+		t.Fatalf("asked %v, want [0s 1h0m0s 1s]", got)
+	}
+}
+
+// fatalRecorder notes a Fatalf instead of ending the test.
+type fatalRecorder struct {
+	testing.TB
+	fatal string
+}
+
+func (r *fatalRecorder) Helper() {}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) { r.fatal = fmt.Sprintf(format, args...) }
+
+func TestReadFilesInNameOrderAndNoneIsFatal(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"b.conf", "a.conf", "c.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := ReadFiles(t, filepath.Join(dir, "*.conf"))
+	if len(files) != 2 || files[0].Path != filepath.Join(dir, "a.conf") || string(files[1].Data) != "b.conf" {
+		t.Fatalf("got %+v, want a.conf then b.conf", files)
+	}
+	r := &fatalRecorder{TB: t}
+	if got := ReadFiles(r, filepath.Join(dir, "*.json")); len(got) != 0 || r.fatal == "" {
+		t.Fatalf("no match: got %v, fatal %q; want nothing and a fatal", got, r.fatal)
+	}
+}
+
+func TestWriteFileMakesTheFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "b", "f.conf")
+	WriteFile(t, path, "x = 1\n")
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("stat: %v, %v; want a 0600 file", fi, err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "x = 1\n" {
+		t.Fatalf("content %q", got)
 	}
 }

@@ -1,10 +1,6 @@
-// Package tick lines the agent's periodic work up on shared instants.
-//
-// Every wake-up of an idle Go process costs far more CPU than the little
-// work most periodic checks do (the scheduler's threads and its monitor
-// wake with it: about 0.2 ms of CPU a wake-up on a small VM). Checks that
-// each keep their own 1 s ticker wake the agent once each per second; on
-// shared instants they wake it once in all.
+// Package tick lines the agent's periodic work up on shared instants, so
+// that an idle agent wakes once per period rather than once per check
+// (each wake-up of a Go process costs CPU: README, Benchmarks).
 //
 // The instants are a fixed offset past every multiple of the period since
 // the Unix epoch, the offset drawn at random once per process, so that

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -29,16 +27,14 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/logging"
 	"github.com/amphora-agent/amphora-agent/agent/memtrim"
+	"github.com/amphora-agent/amphora-agent/agent/metrics"
+	"github.com/amphora-agent/amphora-agent/agent/sdnotify"
 	"github.com/amphora-agent/amphora-agent/certs"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/cli"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/internal/cmdline"
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 )
-
-// configFiles collects repeated --config-file flags, like oslo.config.
-type configFiles []string
-
-func (c *configFiles) String() string     { return strings.Join(*c, ",") }
-func (c *configFiles) Set(v string) error { *c = append(*c, v); return nil }
 
 // Server limits: generous enough for large configs over a slow management
 // network, tight enough that a stuck client cannot pin the agent.
@@ -58,24 +54,13 @@ const (
 )
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("amphora-agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var files configFiles
+	fs := cmdline.New("amphora-agent", cli.UsageText(), cli.Version, stdout, stderr)
+	var files cli.ConfigFiles
 	fs.Var(&files, "config-file", "configuration file (repeatable; later files override earlier ones)")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() { usage(stderr); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, exit := fs.ParseNoArgs(args); exit {
+		return code
 	}
-	if *showVersion {
-		fmt.Fprintln(stdout, "amphora-agent", version)
-		return 0
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "amphora-agent: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	files, cfg, warnings, err := loadConfig(files)
+	files, cfg, warnings, err := cli.LoadConfig(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "amphora-agent: %v\n", err)
 		return 1
@@ -98,7 +83,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
-	log, closeLog := logging.New(level, logging.Options{UseSyslog: cfg.UseSyslog, Facility: cfg.SyslogFacility})
+	log, closeLog := logging.New(level, logging.Options{UseSyslog: cfg.UseSyslog, Facility: cfg.SyslogFacility, StderrJournal: journalfwd.StderrIsJournal()})
 	defer closeLog()
 	defer log.Sync()
 	for _, w := range warnings {
@@ -145,23 +130,6 @@ func setProcs(env string) int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// loadConfig reads and loads the --config-file list, the default file
-// when it is empty.
-func loadConfig(files configFiles) (configFiles, *config.Config, []string, error) {
-	if len(files) == 0 {
-		files = configFiles{defaultConfigFile}
-	}
-	sources, err := config.ReadFiles(files)
-	if err != nil {
-		return files, nil, nil, err
-	}
-	cfg, warnings, err := config.Load(sources)
-	if err != nil {
-		return files, nil, nil, fmt.Errorf("invalid configuration: %w", err)
-	}
-	return files, cfg, warnings, nil
-}
-
 // serve runs the agent until a signal or the API's end stops it; HAProxy
 // and keepalived keep running after it returns.
 func serve(files []string, cfg *config.Config, log *zap.Logger, level zap.AtomicLevel, sigs <-chan os.Signal) error {
@@ -199,8 +167,8 @@ type process struct {
 	cfg       *config.Config // as loaded at start-up
 	a         *agent.Agent
 	bg        *background
-	sd        *serviceManager
-	live      *liveness
+	sd        *sdnotify.Manager
+	live      *sdnotify.Liveness
 	heartbeat *health.Sender
 	trim      *memtrim.Trimmer
 }
@@ -231,11 +199,11 @@ func newHeartbeat(a *agent.Agent, log *zap.Logger) *health.Sender {
 // is sent.
 func (p *process) startWatchdog() {
 	a, log := p.a, p.log
-	p.sd = newServiceManager(sdNotify{}, log.Named("systemd"))
-	p.live = &liveness{now: time.Now, interval: func() time.Duration { return a.Config().HeartbeatInterval },
-		lastCycle: p.heartbeat.LastCycle}
-	if timeout := watchdogTimeout(log); timeout > 0 {
-		p.bg.start("watchdog", func() error { p.sd.Watchdog(p.ctx, timeout, p.live.check); return nil })
+	p.sd = sdnotify.NewManager(sdnotify.Systemd{}, log.Named("systemd"))
+	p.live = sdnotify.NewLiveness(time.Now, func() time.Duration { return a.Config().HeartbeatInterval },
+		p.heartbeat.LastCycle)
+	if timeout := sdnotify.WatchdogTimeout(log); timeout > 0 {
+		p.bg.start("watchdog", func() error { p.sd.Watchdog(p.ctx, timeout, p.live.Check); return nil })
 	}
 }
 
@@ -252,21 +220,21 @@ func (p *process) startBackground() {
 	// `amphora-agent status` asks on a root-only unix socket; a failure
 	// to offer it is logged and changes nothing else.
 	p.bg.start("status socket", func() error {
-		if err := serveStatus(ctx, p.a, p.heartbeat, p.a.Config(), log.Named("status")); err != nil {
+		if err := cli.ServeStatus(ctx, p.a, p.heartbeat, p.a.Config(), log.Named("status")); err != nil {
 			log.Warn("status socket not available", zap.Error(err))
 		}
 		return nil
 	})
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
-	p.live.heartbeatStarted(time.Now())
+	p.live.HeartbeatStarted(time.Now())
 	p.bg.start("heartbeat", func() error { return p.heartbeat.Run(ctx) })
 	// PROMETHEUS listeners' metrics, inside the namespace, from start-up.
-	metrics := newMetricsServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
-	metrics.extra = lvsSeries(keepalived.LVSLayout{Base: cfg.BasePath}, ipvs.Kernel{Namespace: cfg.Namespace}, log.Named("metrics"))
+	m := metrics.NewServer(cfg.Namespace, cfg.PrometheusProxy, cfg.PrometheusExporter, log.Named("metrics"))
+	m.Extra = metrics.LVSSeries(keepalived.LVSLayout{Base: cfg.BasePath}, ipvs.Kernel{Namespace: cfg.Namespace}, log.Named("metrics"))
 	// A burst of scrapes is handed back like a burst of API requests.
-	metrics.scraped = p.trim.Touch
-	p.bg.start("metrics", func() error { return metrics.Run(ctx) })
+	m.Scraped = p.trim.Touch
+	p.bg.start("metrics", func() error { return m.Run(ctx) })
 }
 
 // startAPI listens on the API address and serves the controller's
@@ -304,7 +272,7 @@ func (p *process) startAPI(files []string) (srv *http.Server, serving chan struc
 		return nil, nil, nil, err
 	}
 	log.Info("amphora agent listening", zap.String("address", ln.Addr().String()),
-		zap.String("version", version), zap.String("amphora_id", cfg.AmphoraID),
+		zap.String("version", cli.Version), zap.String("amphora_id", cfg.AmphoraID),
 		zap.Strings("config_files", files))
 
 	// The gate completes mutual-TLS handshakes before net/http sees a
@@ -321,7 +289,7 @@ func (p *process) startAPI(files []string) (srv *http.Server, serving chan struc
 	ended = make(chan error, 1)
 	go func() {
 		err := srv.Serve(front)
-		p.live.apiEnded.Store(true)
+		p.live.APIEnded()
 		ended <- err
 	}()
 	return srv, serving, ended, nil
@@ -345,7 +313,7 @@ func (p *process) awaitReady(restored <-chan error, serving <-chan struct{}) {
 		return
 	}
 	p.a.SetReady()
-	p.sd.Ready(readyStatus(p.a.Config().BasePath, restoreErr))
+	p.sd.Ready(sdnotify.ReadyStatus(p.a.Config().BasePath, restoreErr))
 }
 
 // waitForSignals reloads the configuration on SIGHUP and shuts the API

@@ -10,10 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/haproxy/stats/internal/rawsock"
 )
 
 // DefaultTimeout bounds a command whose context has no deadline (upstream's
@@ -51,98 +52,38 @@ func (e *Error) Unwrap() error { return e.Err }
 // refused or malformed answer.
 func Timeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, errTimeout)
+		errors.Is(err, os.ErrDeadlineExceeded)
 }
-
-var errTimeout = errors.New("i/o timeout")
 
 // Command sends one command to the UNIX socket at socketPath and returns
 // HAProxy's whole answer, unmodified. The connection is closed when ctx ends
 // or its deadline (DefaultTimeout when ctx has none) passes. cmd must be a
 // single line; HAProxy's own `;` separator is allowed.
 func Command(ctx context.Context, socketPath, cmd string) ([]byte, error) {
-	return CommandInto(ctx, socketPath, cmd, new(bytes.Buffer))
+	return command(ctx, socketPath, cmd, new(bytes.Buffer), false)
 }
 
-// CommandInto is Command reading the answer into buf (reset first), so
-// that a caller asking every few seconds reuses one buffer instead of
-// growing a new one each time. The answer is buf's bytes.
-func CommandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer) ([]byte, error) {
-	return commandInto(ctx, socketPath, cmd, buf, false)
-}
-
-// commandInto is CommandInto; paced reads the answer in rounds on a
-// non-blocking socket (see dialPaced), for readers that value CPU over
-// the last milliseconds.
-func commandInto(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
-	buf.Reset()
-	out, err := command(ctx, socketPath, cmd, buf, paced)
-	if err != nil {
-		return nil, &Error{Socket: socketPath, Command: cmd, Err: err}
-	}
-	return out, nil
-}
-
+// command is Command reading the answer into buf (reset first); paced
+// reads it in rounds (see rawsock.Exchange).
 func command(ctx context.Context, socketPath, cmd string, buf *bytes.Buffer, paced bool) ([]byte, error) {
+	buf.Reset()
+	fail := func(err error) ([]byte, error) { return nil, &Error{Socket: socketPath, Command: cmd, Err: err} }
 	if strings.ContainsAny(cmd, "\r\n") {
-		return nil, errors.New("command contains a line break")
+		return fail(errors.New("command contains a line break"))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, classify(ctx, err)
-	}
-	deadline, _ := ctx.Deadline()
-	var conn *sock
-	var err error
-	if paced {
-		conn, err = dialPaced(ctx, socketPath, deadline)
-	} else {
-		conn, err = dial(socketPath, deadline)
-	}
-	if err != nil {
-		return nil, classify(ctx, err)
-	}
-	defer conn.close()
-	if !paced {
-		// Cancellation (not only the deadline) interrupts blocked I/O; a
-		// paced sock never blocks and watches ctx itself.
-		stop := conn.abortOn(ctx)
-		defer stop()
-	}
-
 	// The stats socket closes after answering one command; the master CLI
-	// waits for more input unless the client shuts its side down (send
-	// does).
-	if err := conn.send([]byte(cmd + "\n")); err != nil {
-		return nil, classify(ctx, err)
+	// waits for more input unless the client shuts its side down, which
+	// Exchange does.
+	if err := rawsock.Exchange(ctx, socketPath, []byte(cmd+"\n"), buf, MaxAnswer+1, paced); err != nil {
+		return fail(err)
 	}
-	n, err := buf.ReadFrom(io.LimitReader(conn, MaxAnswer+1))
-	if err == nil {
-		// A cancelled read ends as if HAProxy had closed.
-		err = ctx.Err()
-	}
-	if err != nil {
-		return nil, classify(ctx, err)
-	}
-	if n > MaxAnswer {
-		return nil, ErrTooLarge
+	if buf.Len() > MaxAnswer {
+		return fail(ErrTooLarge)
 	}
 	return buf.Bytes(), nil
-}
-
-// classify reports deadline and cancellation as such, so that callers can
-// tell a hung socket from a refused one.
-func classify(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("%w (%v)", errTimeout, err)
-	}
-	return err
 }

@@ -8,13 +8,6 @@ import (
 
 // Exported for tests only (and for package stats_test).
 
-// Object types of `show stat <iid> <type> <sid>`, a bit mask.
-const (
-	TypeFrontends = 1
-	TypeBackends  = 2
-	TypeServers   = 4
-)
-
 // Has reports whether the answer had a column called name.
 func (r Row) Has(name string) bool {
 	_, ok := r.h.cols[name]

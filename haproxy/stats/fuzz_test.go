@@ -6,24 +6,16 @@ import (
 	"errors"
 	"maps"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 func addTestdata(f *testing.F, glob string, extra ...string) {
-	paths, err := filepath.Glob(glob)
-	if err != nil || len(paths) == 0 {
-		f.Fatalf("no seed files for %s: %v", glob, err)
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
+	for _, file := range testkit.ReadFiles(f, glob) {
+		f.Add(file.Data)
 	}
 	for _, s := range extra {
 		f.Add([]byte(s))

@@ -19,16 +19,7 @@ func TestRealHAProxy(t *testing.T) {
 	dir := haproxytest.ShortDir(t)
 	sock := filepath.Join(dir, "lb.sock")
 	fe, member := haproxytest.FreePort(t), haproxytest.FreePort(t)
-	cfg := fmt.Sprintf(`global
-    maxconn 100
-    stats socket %s mode 0666 level user
-
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 5s
-    timeout server 5s
-
+	cfg := haproxytest.Preamble(100, sock) + fmt.Sprintf(`
 frontend listener-1
     bind 127.0.0.1:%d
     default_backend pool-1:listener-1
@@ -36,14 +27,15 @@ frontend listener-1
 backend pool-1:listener-1
     server member-1 127.0.0.1:%d weight 0
     server member-2 127.0.0.1:%d disabled
-`, sock, fe, member, member)
+`, fe, member, member)
 	// A drained (weight 0) and a disabled member leave the backend without
 	// usable weight: HAProxy reports it DOWN.
 	hp := haproxytest.Start(t, haproxytest.Options{Config: cfg, Dir: dir, StatsSocket: sock})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	rows, err := stats.ShowStat(ctx, sock, stats.All, stats.All, stats.All)
+	var buf bytes.Buffer
+	rows, err := stats.ShowStat(ctx, sock, &buf, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +53,7 @@ backend pool-1:listener-1
 		}
 	}
 
-	back, err := stats.ShowStat(ctx, sock, stats.All, stats.TypeBackends|stats.TypeServers, stats.All)
+	back, err := showStat(ctx, sock, "show stat -1 6 -1") // backends and servers
 	if err != nil || len(back) != 3 {
 		t.Fatalf("show stat -1 6 -1: %d rows, %v", len(back), err)
 	}
@@ -92,13 +84,12 @@ backend pool-1:listener-1
 
 // A long answer (10 backends × 250 servers, about 750 KB: HAProxy writes
 // it in many pieces, as fast as the reader takes them) arrives whole
-// through the heartbeat's paced read, the same rows as the blocking read.
+// through the heartbeat's paced read, the same rows as a blocking Command.
 func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 	dir := haproxytest.ShortDir(t)
 	sock := filepath.Join(dir, "lb.sock")
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global\n    maxconn 100\n    stats socket %s mode 0666 level user\n"+
-		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n", sock)
+	cfg.WriteString(haproxytest.Preamble(100, sock))
 	for l := range 10 {
 		fmt.Fprintf(&cfg, "frontend listener-%d\n    bind 127.0.0.1:%d\n    default_backend pool-%d:listener-%d\n"+
 			"backend pool-%d:listener-%d\n", l, haproxytest.FreePort(t), l, l, l, l)
@@ -116,14 +107,14 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 		}
 		return b.String()
 	}
-	want, err := stats.ShowStat(ctx, sock, stats.All, stats.All, stats.All)
+	want, err := showStat(ctx, sock, "show stat -1 -1 -1")
 	if err != nil || len(want) != 10*252 {
 		t.Fatalf("blocking read: %d rows, %v", len(want), err)
 	}
 	var buf bytes.Buffer
 	var rows []stats.Row
 	for range 3 { // the buffers reused, as the heartbeat does
-		rows, err = stats.ShowStatAppend(ctx, sock, stats.All, stats.All, stats.All, &buf, rows)
+		rows, err = stats.ShowStat(ctx, sock, &buf, rows)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,4 +125,14 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 			t.Fatalf("paced read: %d rows, blocking read %d; they differ", len(rows), len(want))
 		}
 	}
+}
+
+// showStat sends cmd (a `show stat`) with a blocking Command and parses
+// the answer.
+func showStat(ctx context.Context, sock, cmd string) ([]stats.Row, error) {
+	out, err := stats.Command(ctx, sock, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return stats.ParseStat(out)
 }

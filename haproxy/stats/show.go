@@ -12,10 +12,6 @@ import (
 	"unsafe"
 )
 
-// All is the `show stat <iid> <type> <sid>` argument for every proxy,
-// every object type, or every server.
-const All = -1
-
 // Names of the columns the agent reads, and svname values of the summary
 // rows.
 const (
@@ -277,30 +273,14 @@ func (r Row) PxName() string { return r.At(r.h.px) }
 func (r Row) SvName() string { return r.At(r.h.sv) }
 func (r Row) Status() string { return r.At(r.h.status) }
 
-// ShowStat runs `show stat <iid> <typeMask> <sid>` (use All for -1) and
-// parses the answer.
-func ShowStat(ctx context.Context, socketPath string, iid, typeMask, sid int) ([]Row, error) {
-	return ShowStatInto(ctx, socketPath, iid, typeMask, sid, new(bytes.Buffer))
-}
-
-// ShowStatInto is ShowStat reading the answer into buf. The rows point
-// into buf: they are valid until buf is written again.
-func ShowStatInto(ctx context.Context, socketPath string, iid, typeMask, sid int, buf *bytes.Buffer) ([]Row, error) {
-	cmd := fmt.Sprintf("show stat %d %d %d", iid, typeMask, sid)
-	out, err := CommandInto(ctx, socketPath, cmd, buf)
-	if err != nil {
-		return nil, err
-	}
-	return parseStatAnswer(socketPath, cmd, out, nil)
-}
-
-// ShowStatAppend is ShowStatInto appending the rows to rows[:0], so that a
-// caller asking every few seconds reuses one slice. It is meant for such
-// periodic readers: a long answer is read in rounds a few milliseconds
-// apart (see dialPaced), which saves CPU and costs a few milliseconds.
-func ShowStatAppend(ctx context.Context, socketPath string, iid, typeMask, sid int, buf *bytes.Buffer, rows []Row) ([]Row, error) {
-	cmd := fmt.Sprintf("show stat %d %d %d", iid, typeMask, sid)
-	out, err := commandInto(ctx, socketPath, cmd, buf, true)
+// ShowStat runs `show stat -1 -1 -1` for a reader that asks every few
+// seconds: the answer is read into buf and the rows are appended to
+// rows[:0], so both are reused; the rows point into buf until it is written
+// again. A long answer is read in rounds a few milliseconds apart, which
+// saves CPU and costs those milliseconds (see rawsock.Exchange).
+func ShowStat(ctx context.Context, socketPath string, buf *bytes.Buffer, rows []Row) ([]Row, error) {
+	const cmd = "show stat -1 -1 -1"
+	out, err := command(ctx, socketPath, cmd, buf, true)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +323,7 @@ func parseStat(data string, rows []Row) ([]Row, error) {
 	first := Row{line: s[:end], quoted: q.in(0, end)}
 	var h *header
 	if cap(rows) > 0 {
-		// rows are those of the reader's last answer (ShowStatAppend),
+		// rows are those of the reader's last answer (ShowStat),
 		// from the same HAProxy: its header is most likely this one, and
 		// sharing it saves building a map of a hundred columns each time.
 		if last := rows[:1][0].h; last != nil && last.line == first.line {

@@ -280,7 +280,7 @@ func checkFieldsAt(t *testing.T, row Row, rec []string, at []int) {
 	}
 }
 
-// A reader that reuses its rows and answer buffer (ShowStatAppend) shares
+// A reader that reuses its rows and answer buffer (ShowStat) shares
 // the header of its last answer when the new one has the same header line,
 // and the shared header still finds its columns after the buffer that
 // held it was overwritten; a new header line gets a header of its own.

@@ -2,11 +2,11 @@
 // started in the foreground in its own process group, reloaded with SIGUSR2
 // like the agent's supervisor does, watched through its master CLI, and
 // killed in t.Cleanup. It needs no root unless the caller runs it inside a
-// network namespace (Options.Prefix).
+// network namespace (Options.Prefix). FakeSocket stands in for a stats
+// socket where a test needs no real HAProxy.
 package haproxytest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +70,7 @@ type Process struct {
 	t          testing.TB
 	cmd        *exec.Cmd
 	done       chan struct{}
-	out        *buffer
+	out        *testkit.SyncBuffer
 	Master     string // master CLI socket (-S)
 	PidFile    string
 	ConfigPath string
@@ -94,7 +93,7 @@ func Start(t testing.TB, o Options) *Process {
 	if err := os.WriteFile(o.ConfigPath, []byte(o.Config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{t: t, done: make(chan struct{}), out: &buffer{},
+	p := &Process{t: t, done: make(chan struct{}), out: &testkit.SyncBuffer{},
 		Master: filepath.Join(o.Dir, "master.sock"), PidFile: o.PidFile, ConfigPath: o.ConfigPath}
 	args := append(append([]string{}, o.Prefix...), bin, "-W", "-db",
 		"-S", p.Master+",mode,600", "-f", o.ConfigPath, "-p", o.PidFile)
@@ -218,21 +217,11 @@ func (p *Process) Stop() {
 // Exited is closed when the master has exited.
 func (p *Process) Exited() <-chan struct{} { return p.done }
 
-type buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// Preamble is how a test config starts: maxconn and a user-level stats
+// socket at sock, then HTTP defaults with timeouts short enough for a test.
+func Preamble(maxconn int, sock string) string {
+	return fmt.Sprintf("global\n    maxconn %d\n    stats socket %s mode 0666 level user\n"+
+		"defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n", maxconn, sock)
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago, for

@@ -1,0 +1,101 @@
+//go:build system || interop || vm
+
+package tiers_test
+
+import (
+	"bytes"
+	"net"
+	"path/filepath"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/health"
+)
+
+// hbIDs are the Octavia objects of the heartbeat tests' load balancer.
+const (
+	hbLB       = "3f0c8a4e-2b1d-4c6e-9a7f-5d4e3c2b1a09"
+	hbListener = "c1d2e3f4-a5b6-4c7d-8e9f-0a1b2c3d4e5f"
+	hbPool     = "d2e3f4a5-b6c7-4d8e-9f0a-1b2c3d4e5f6a"
+)
+
+// hbWait bounds every wait for a heartbeat.
+const hbWait = 30 * time.Second
+
+// hbMember is one server line of the rendered config.
+type hbMember struct {
+	ID       string
+	Addr     string // host:port
+	Weight   int
+	Check    bool
+	Disabled bool
+}
+
+// hbConfig renders testdata/heartbeat/haproxy.cfg.tmpl.
+func hbConfig(t *testing.T, base, bind string, members []hbMember) string {
+	t.Helper()
+	tmpl := template.Must(template.ParseFiles(filepath.Join("testdata", "heartbeat", "haproxy.cfg.tmpl")))
+	var b bytes.Buffer
+	err := tmpl.Execute(&b, map[string]any{
+		"LB": hbLB, "Listener": hbListener, "Pool": hbPool, "Base": base, "Bind": bind,
+		"MaxConn": 1000, "Members": members,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// hbReceiver is a health manager's UDP socket on loopback.
+type hbReceiver struct {
+	t    *testing.T
+	conn *net.UDPConn
+}
+
+func newHBReceiver(t *testing.T) *hbReceiver {
+	t.Helper()
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &hbReceiver{t: t, conn: conn}
+}
+
+// addr is the receiver as a controller_ip_port_list item.
+func (r *hbReceiver) addr() string { return r.conn.LocalAddr().String() }
+
+// next returns the next datagram, or nil at the deadline.
+func (r *hbReceiver) next(deadline time.Time) []byte {
+	buf := make([]byte, 1<<16)
+	r.conn.SetReadDeadline(deadline)
+	n, _, err := r.conn.ReadFromUDP(buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
+}
+
+// waitFor reads heartbeats until one decoded with key satisfies cond and
+// returns it with its datagram. Datagrams that do not verify with key are
+// a test failure.
+func (r *hbReceiver) waitFor(timeout time.Duration, key, what string, cond func(health.Message) bool) (health.Message, []byte) {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last *health.Message
+	for {
+		d := r.next(deadline)
+		if d == nil {
+			r.t.Fatalf("no heartbeat with %s within %v; last one: %+v", what, timeout, last)
+		}
+		m, err := health.Decode(d, key)
+		if err != nil {
+			r.t.Fatalf("heartbeat does not verify with key %q: %v", key, err)
+		}
+		if cond(m) {
+			return m, d
+		}
+		last = &m
+	}
+}

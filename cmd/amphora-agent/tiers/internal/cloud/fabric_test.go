@@ -1,0 +1,126 @@
+package cloud
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// call posts args to the fabric as the Python drivers do and decodes the
+// answer into out; it returns the HTTP status.
+func call(t *testing.T, c *http.Client, method string, args, out any) int {
+	t.Helper()
+	data, _ := json.Marshal(args)
+	resp, err := c.Post("http://fabric/"+method, "application/json", strings.NewReader(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp.StatusCode
+}
+
+// TestFabricCreateFlowCalls walks the calls Octavia's create and delete
+// flows make (as the cloud tier's driver log shows them) through the
+// fabric's wire: the VIP comes from the VIP subnet and is idempotent once
+// the load balancer has a port, the server's first port is on the
+// management network, the VRRP port carries the VIP, a member network is
+// plugged and unplugged, and deletes leave no port behind.
+func TestFabricCreateFlowCalls(t *testing.T) {
+	f := NewFabric(PaperHypervisor{})
+	mgmt, _, err := f.AddNetwork("mgmt", "198.51.100.0/24", "", "198.51.100.10", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, vipSubnet, err := f.AddNetwork("vip", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "f.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go f.Serve(l)
+	c := &http.Client{Transport: &http.Transport{Dial: func(string, string) (net.Conn, error) { return net.Dial("unix", sock) }}}
+
+	var vip map[string]any
+	lb := map[string]any{"id": "lb1", "vip": map[string]any{"subnet_id": vipSubnet.ID}}
+	if code := call(t, c, "network/allocate_vip", map[string]any{"load_balancer": lb}, &vip); code != 200 {
+		t.Fatalf("allocate_vip: %d %v", code, vip)
+	}
+	if vip["ip_address"] != "203.0.113.10" || vip["subnet_id"] != vipSubnet.ID {
+		t.Fatalf("vip = %v", vip)
+	}
+	var again map[string]any
+	lb["vip"] = map[string]any{"subnet_id": vipSubnet.ID, "port_id": vip["port_id"]}
+	call(t, c, "network/allocate_vip", map[string]any{"load_balancer": lb}, &again)
+	if again["port_id"] != vip["port_id"] || again["ip_address"] != vip["ip_address"] {
+		t.Fatalf("second allocate_vip made another VIP: %v, first %v", again, vip)
+	}
+
+	var built map[string]string
+	call(t, c, "compute/build", map[string]any{"name": "amphora-1", "network_ids": []string{mgmt.ID},
+		"config_drive_files": map[string]string{"/etc/octavia/amphora-agent.conf": "W0RFRkFVTFRd"}}, &built)
+	var amp map[string]any
+	deadline := time.Now().Add(5 * time.Second)
+	for amp["status"] != "ACTIVE" && time.Now().Before(deadline) {
+		call(t, c, "compute/get_amphora", map[string]any{"id": built["id"], "management_network_id": mgmt.ID}, &amp)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if amp["status"] != "ACTIVE" || amp["lb_network_ip"] != "198.51.100.10" {
+		t.Fatalf("get_amphora = %v", amp)
+	}
+	if s := f.Servers(); len(s) != 1 || string(s[0].Files["/etc/octavia/amphora-agent.conf"]) != "[DEFAULT]" {
+		t.Fatalf("servers = %+v", s)
+	}
+
+	var aap map[string]string
+	call(t, c, "network/plug_aap_port", map[string]any{"vip": vip, "amphora": map[string]any{"id": "a1", "compute_id": built["id"]}}, &aap)
+	if aap["ha_ip"] != "203.0.113.10" || aap["vrrp_ip"] != "203.0.113.11" || aap["ha_port_id"] != vip["port_id"] {
+		t.Fatalf("plug_aap_port = %v", aap)
+	}
+	var plugged []map[string]any
+	call(t, c, "network/get_plugged_networks", map[string]any{"compute_id": built["id"]}, &plugged)
+	if len(plugged) != 2 || plugged[0]["network_id"] != mgmt.ID {
+		t.Fatalf("plugged = %v", plugged)
+	}
+
+	// A member network, as the member flow's network delta plugs it.
+	members, _, err := f.AddNetwork("members", "198.51.100.128/25", "198.51.100.129", "198.51.100.140", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nic map[string]any
+	call(t, c, "compute/attach_network_or_port", map[string]any{"id": built["id"], "network_id": members.ID}, &nic)
+	call(t, c, "network/get_plugged_networks", map[string]any{"compute_id": built["id"]}, &plugged)
+	if len(plugged) != 3 || nic["network_id"] != members.ID || plugged[2]["port_id"] != nic["port_id"] {
+		t.Fatalf("after plugging the member network: %v (attach answered %v)", plugged, nic)
+	}
+	call(t, c, "network/unplug_network", map[string]any{"compute_id": built["id"], "network_id": members.ID}, nil)
+	call(t, c, "network/get_plugged_networks", map[string]any{"compute_id": built["id"]}, &plugged)
+	if len(plugged) != 2 {
+		t.Fatalf("after unplugging the member network: %v", plugged)
+	}
+
+	call(t, c, "network/unplug_aap_port", map[string]any{"vip": vip, "amphora": map[string]any{"id": "a1",
+		"compute_id": built["id"], "vrrp_port_id": aap["vrrp_port_id"]}}, nil)
+	call(t, c, "network/deallocate_vip", map[string]any{"vip": vip}, nil)
+	call(t, c, "compute/delete", map[string]any{"id": built["id"]}, nil)
+	if n := f.PortCount(); n != 0 {
+		t.Errorf("%d ports left after the delete flow", n)
+	}
+	if code := call(t, c, "compute/get_amphora", map[string]any{"id": built["id"]}, nil); code != 404 {
+		t.Errorf("get_amphora of a deleted server: %d, want 404", code)
+	}
+	if code := call(t, c, "network/set_port_admin_state_up", map[string]any{}, nil); code != 501 {
+		t.Errorf("a call the model lacks: %d, want 501", code)
+	}
+}

@@ -1,0 +1,207 @@
+package cloud
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vm"
+)
+
+// AmphoraVMs makes the compute driver boot real amphora VMs.
+type AmphoraVMs struct {
+	Image vm.Image
+	// Package is the agent's .deb, installed at each VM's first boot.
+	Package  string
+	MemoryMB int
+}
+
+// vmHypervisor boots each server as an amphora VM (internal/vm): the
+// management NIC a tap on br-mgmt with the address the fabric gave its
+// port, handed out by the controller's dnsmasq as Neutron's DHCP agent
+// would; NICs attached later are taps hot-plugged through QMP onto their
+// network's bridge.
+type vmHypervisor struct {
+	c    *ControlPlane
+	opts AmphoraVMs
+
+	mu   sync.Mutex
+	vms  map[string]*vm.VM
+	taps map[string][]string // server id → its taps
+}
+
+func (h *vmHypervisor) Boot(s *Server) error {
+	if len(s.Ports) == 0 {
+		return fmt.Errorf("server %s has no port", s.ID)
+	}
+	mgmt := s.Ports[0]
+	if err := h.c.addDHCPHost(mgmt.MACAddress, mgmt.FixedIPs[0].IPAddress); err != nil {
+		return err
+	}
+	tap := topo.UniqueName("aam")
+	if err := h.c.ip("-n", h.c.NS.Name, "tuntap", "add", "dev", tap, "mode", "tap"); err != nil {
+		return err
+	}
+	h.remember(s.ID, tap)
+	if err := h.c.bridgePort(tap, "br-mgmt"); err != nil {
+		return err
+	}
+	// vm.Start reports failures through t.Fatal, which ends only this
+	// goroutine when called off the test's: the boot then fails here.
+	var v *vm.VM
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		v = vm.Start(h.c.t, h.opts.Image, vm.Options{Name: s.Name, Package: h.opts.Package, Files: s.Files,
+			InstanceID: s.ID, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
+	}()
+	<-done
+	if v == nil {
+		return fmt.Errorf("server %s: QEMU did not start (see the test log)", s.ID)
+	}
+	h.mu.Lock()
+	h.vms[s.ID] = v
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *vmHypervisor) remember(id, tap string) {
+	h.mu.Lock()
+	h.taps[id] = append(h.taps[id], tap)
+	h.mu.Unlock()
+}
+
+// Attach hot-plugs a NIC with the port's MAC, as Nova attaches a port:
+// the tap is made in the test process's namespace, where QEMU finds it by
+// name, and then moved onto the network's bridge.
+func (h *vmHypervisor) Attach(s *Server, p *Port, bridge string) error {
+	h.mu.Lock()
+	v := h.vms[s.ID]
+	h.mu.Unlock()
+	if v == nil {
+		return fmt.Errorf("server %s has no VM", s.ID)
+	}
+	if bridge == "" {
+		return fmt.Errorf("network %s has no bridge: %w", p.NetworkID, errNotModelled)
+	}
+	tap := topo.UniqueName("aan")
+	if err := h.c.ip("tuntap", "add", "dev", tap, "mode", "tap"); err != nil {
+		return err
+	}
+	if err := v.HotplugNIC(tap, p.MACAddress); err != nil {
+		h.c.ip("link", "delete", tap)
+		return err
+	}
+	if err := h.c.ip("link", "set", tap, "netns", h.c.NS.Name); err != nil {
+		return err
+	}
+	h.remember(s.ID, tap)
+	return h.c.bridgePort(tap, bridge)
+}
+
+// Detach unplugs the port's NIC from the VM (its tap goes with the VM).
+func (h *vmHypervisor) Detach(s *Server, p *Port) error {
+	h.mu.Lock()
+	v := h.vms[s.ID]
+	h.mu.Unlock()
+	if v == nil {
+		return fmt.Errorf("server %s has no VM", s.ID)
+	}
+	return v.UnplugNIC(p.MACAddress)
+}
+
+// Delete powers the VM off and removes its taps (the VM's folder goes
+// with the test).
+func (h *vmHypervisor) Delete(s *Server) error {
+	h.mu.Lock()
+	v, taps := h.vms[s.ID], h.taps[s.ID]
+	delete(h.vms, s.ID)
+	delete(h.taps, s.ID)
+	h.mu.Unlock()
+	if v != nil {
+		v.PowerOff()
+	}
+	for _, tap := range taps {
+		h.c.ip("-n", h.c.NS.Name, "link", "delete", tap)
+	}
+	return nil
+}
+
+// VMs lists the running amphora VMs by server id.
+func (c *ControlPlane) VMs() map[string]*vm.VM {
+	h, ok := c.Fabric.hypervisor.(*vmHypervisor)
+	out := map[string]*vm.VM{}
+	if !ok {
+		return out
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, v := range h.vms {
+		out[id] = v
+	}
+	return out
+}
+
+// ip runs iproute2 and returns its error with its output.
+func (c *ControlPlane) ip(args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// bridgePort puts tap (in the controller's namespace) on bridge, up.
+func (c *ControlPlane) bridgePort(tap, bridge string) error {
+	if err := c.ip("-n", c.NS.Name, "link", "set", tap, "master", bridge); err != nil {
+		return err
+	}
+	return c.ip("-n", c.NS.Name, "link", "set", tap, "up")
+}
+
+// startDHCP runs dnsmasq on br-mgmt as Neutron's DHCP agent does: static
+// leases only (one per management port, added by addDHCPHost), no DNS,
+// no router.
+func (c *ControlPlane) startDHCP() {
+	hosts := c.path("dhcp-hosts")
+	if err := os.WriteFile(hosts, nil, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	log := c.path("logs", "dnsmasq.out")
+	s := c.startService("dnsmasq", log, nil, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
+		"--interface=br-mgmt", "--bind-interfaces", "--dhcp-range=198.51.100.0,static,255.255.255.128,1h",
+		"--dhcp-hostsfile="+hosts, "--dhcp-leasefile="+c.path("dhcp-leases"), "--pid-file="+c.path("dnsmasq.pid"),
+		"--dhcp-option=3", "--dhcp-option=6", "--log-dhcp", "--log-facility=-", "--user=root")
+	c.waitReady(s, 30*time.Second, func() error { return logHas(log, "DHCP, static leases only") })
+	c.dhcp = s
+}
+
+// addDHCPHost gives mac the address ip and has dnsmasq read its hosts
+// file again (SIGHUP).
+func (c *ControlPlane) addDHCPHost(mac, ip string) error {
+	if c.dhcp == nil {
+		return fmt.Errorf("no DHCP server: %w", errNotModelled)
+	}
+	c.dhcpMu.Lock()
+	defer c.dhcpMu.Unlock()
+	f, err := os.OpenFile(filepath.Join(c.Dir, "dhcp-hosts"), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s,%s\n", mac, ip)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return c.dhcp.cmd.Process.Signal(syscall.SIGHUP)
+}

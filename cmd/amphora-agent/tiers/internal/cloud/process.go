@@ -1,0 +1,176 @@
+package cloud
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Service is one process of the control plane (with the children it
+// forks, all in its process group) running in the controller's namespace.
+type Service struct {
+	Name string
+	// Log is the file the service writes its log to (its own log file
+	// where it has one, else its standard output and error).
+	Log string
+	// Output is its standard output and error.
+	Output string
+	// Started is when it was started; Up how long it took to be ready.
+	Started time.Time
+	Up      time.Duration
+
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startService runs argv in the controller's namespace with env added,
+// its output in logs/<name>.out, in a process group of its own so that
+// Stop reaches the children it forks, and adds it to c.Services, which
+// teardown stops.
+func (c *ControlPlane) startService(name, log string, env []string, argv ...string) *Service {
+	t, dir := c.t, c.Dir
+	t.Helper()
+	s := &Service{Name: name, Log: log, Output: filepath.Join(dir, "logs", name+".out")}
+	if s.Log == "" {
+		s.Log = s.Output
+	}
+	out, err := os.Create(s.Output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	s.cmd = c.NS.Command(context.Background(), argv[0], argv[1:]...)
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	s.cmd.Env = append(os.Environ(), env...)
+	s.cmd.Dir = dir
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.Started = time.Now()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	s.done = make(chan struct{})
+	go func() { s.cmd.Wait(); close(s.done) }()
+	c.Services = append(c.Services, s)
+	return s
+}
+
+// Running reports whether the service's main process still runs.
+func (s *Service) Running() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM to the service's process group, waits up to grace
+// for the main process, then SIGKILLs the group. Processes that left the
+// group (daemons) die with the namespace (topo kills what is left there).
+func (s *Service) Stop(grace time.Duration) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	pgid := s.cmd.Process.Pid
+	syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(grace):
+	}
+	// Children that outlive their parent's clean exit still hold ports.
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	<-s.done
+}
+
+// PSS is the proportional set size of the service's process group in
+// KiB (the sum over its processes of /proc/PID/smaps_rollup's Pss), and
+// how many processes it has.
+func (s *Service) PSS() (kib int, procs int) {
+	if !s.Running() {
+		return 0, 0
+	}
+	pgid := s.cmd.Process.Pid
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || processGroup(pid) != pgid {
+			continue
+		}
+		procs++
+		kib += pssOf(pid)
+	}
+	return kib, procs
+}
+
+// processGroup reads field 5 of /proc/PID/stat (-1 if the process is gone).
+func processGroup(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return -1
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 3 {
+		return -1
+	}
+	pgrp, err := strconv.Atoi(fields[2])
+	if err != nil {
+		return -1
+	}
+	return pgrp
+}
+
+func pssOf(pid int) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
+			v, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return v
+		}
+	}
+	return 0
+}
+
+// logDigest is what a failed test prints of a log: its ERROR and
+// Traceback lines (at most 40), then its last n lines.
+func logDigest(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	var b strings.Builder
+	errs := 0
+	for _, l := range lines {
+		// oslo.config's dump of its options names ERROR in one value.
+		important := (strings.Contains(l, " ERROR ") || strings.HasPrefix(l, "Traceback")) && !strings.Contains(l, "logging_exception_prefix")
+		if important && errs < 40 {
+			b.WriteString("  ! " + l + "\n")
+			errs++
+		}
+	}
+	if len(lines) > n {
+		fmt.Fprintf(&b, "  ... (%d lines before)\n", len(lines)-n)
+		lines = lines[len(lines)-n:]
+	}
+	for _, l := range lines {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,80 @@
+// Package rawsock is the socket engine under package stats: one request
+// and its answer on a UNIX stream connection, made with raw system calls
+// instead of net.Conn so that reading a long answer costs few thread
+// wake-ups (see sock and paced.go).
+package rawsock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+)
+
+// errTimeout is a socket time-out, reported as net reports one.
+var errTimeout = os.ErrDeadlineExceeded
+
+// Exchange connects to the UNIX socket at path, sends req, shuts its
+// sending side down and appends what the peer sends to answer until it
+// closes, at most limit bytes. ctx must have a deadline, which bounds the
+// whole exchange; ctx ending interrupts it and the error wraps ctx's.
+// paced reads the answer in rounds a few milliseconds apart (see
+// dialPaced), for a periodic reader that values CPU over those
+// milliseconds; otherwise the answer is read as it comes.
+func Exchange(ctx context.Context, path string, req []byte, answer *bytes.Buffer, limit int64, paced bool) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return errors.New("rawsock: the context has no deadline")
+	}
+	if err := ctx.Err(); err != nil {
+		return classify(ctx, err)
+	}
+	var conn *sock
+	var err error
+	if paced {
+		conn, err = dialPaced(ctx, path, deadline)
+	} else {
+		conn, err = dial(path, deadline)
+	}
+	if err != nil {
+		return classify(ctx, err)
+	}
+	defer conn.close()
+	if !paced {
+		// Cancellation (not only the deadline) interrupts blocked I/O; a
+		// paced sock never blocks and watches ctx itself.
+		stop := conn.abortOn(ctx)
+		defer stop()
+	}
+	if err := conn.send(req); err != nil {
+		return classify(ctx, err)
+	}
+	_, err = answer.ReadFrom(io.LimitReader(conn, limit))
+	if err == nil {
+		// A cancelled read ends as if the peer had closed.
+		err = ctx.Err()
+	}
+	if err != nil {
+		return classify(ctx, err)
+	}
+	return nil
+}
+
+// classify reports deadline and cancellation as such, so that callers can
+// tell a hung socket from a refused one.
+func classify(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	if errors.Is(err, errTimeout) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w (%v)", errTimeout, err)
+	}
+	return err
+}
