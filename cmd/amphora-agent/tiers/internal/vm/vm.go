@@ -178,6 +178,12 @@ func Start(t testing.TB, img Image, o Options) *VM {
 		v.PowerOff()
 		if t.Failed() {
 			t.Logf("VM %s console (last lines):\n%s", v.Name, tail(v.Console(), 40))
+			// AMPHORA_VM_KEEP_FAILED=1 keeps a failed VM's folder (its
+			// whole console, QEMU's log, the disks) for a post-mortem.
+			if os.Getenv("AMPHORA_VM_KEEP_FAILED") != "" {
+				t.Logf("VM %s: folder kept in %s", v.Name, dir)
+				return
+			}
 		}
 		os.RemoveAll(dir)
 	})
@@ -295,7 +301,10 @@ func (v *VM) boot() {
 	}()
 	args := []string{
 		"-name", v.Name, "-M", "pc", "-accel", Accel(v.img), "-m", strconv.Itoa(v.opts.MemoryMB), "-smp", "1",
-		"-nographic", "-serial", "file:" + v.path("console.log"), "-monitor", "none",
+		"-nographic", "-monitor", "none",
+		// Appended, not truncated: after a power cycle the console still
+		// shows the boots before it.
+		"-chardev", "file,id=console,append=on,path=" + v.path("console.log"), "-serial", "chardev:console",
 	}
 	// The management NIC is the first NIC, in whichever slot; the image's
 	// network config takes the first NIC. It comes before the disks,
