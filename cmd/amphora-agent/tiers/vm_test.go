@@ -1085,9 +1085,11 @@ func TestVMLogsAndPingMonitor(t *testing.T) {
 	rsyslogConf := renderRsyslogConf(t, "--tenant-target", tenant.target(), "--admin-target", admin.target())
 	a := startAmphoraWith(t, "amp-logs", "SINGLE", map[string][]byte{"/etc/rsyslog.d/10-rsyslog.conf": rsyslogConf})
 	a.ready(t)
-	// Here rsyslog ran before the package (and the config-drive unit) was
-	// installed at boot: the config-drive unit restarted it.
-	t.Logf("rsyslog: %s", a.MustExec("systemctl is-active rsyslog; ls -l /run/rsyslog/octavia/log /etc/rsyslog.d/; journalctl -b -o short-monotonic -u rsyslog -u amphora-config-drive | grep -e Start -e Stopp -e wrote"))
+	// cloud-init writes the file before sysinit.target (its local stage
+	// for Nova's files, its init stage for user data) and rsyslog starts
+	// after it, so rsyslog's first start reads it; the agent's first line
+	// at the admin target below depends on that.
+	t.Logf("rsyslog: %s", a.MustExec("systemctl is-active rsyslog; ls -l /run/rsyslog/octavia/log /etc/rsyslog.d/; journalctl -b -o short-monotonic -u rsyslog -u cloud-init-local -u cloud-init | grep -e Start -e Stopp -e Finished"))
 
 	n := newDataPlane(t)
 	ipCmd(t, "-n", n.member.Name, "addr", "add", vmMember2IP+"/24", "dev", vmBridge)
