@@ -9,7 +9,10 @@ package tiers_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -65,90 +68,139 @@ type amphora struct {
 	env     *testenv.Env // the controller's certificates and the API address
 	hb      *hbReceiver
 	started time.Time
+	// What Octavia asked Nova for, and the key pair's public key.
+	build     octaviaBuild
+	publicKey string
 }
 
-// vmConfig renders amphora-agent.conf as the controller does for a real
-// amphora: default paths, the API on every address, heartbeats to the
-// host through QEMU's gateway.
-func vmConfig(env *testenv.Env, hbPort int, topology string) string {
-	return fmt.Sprintf(`[DEFAULT]
-debug = False
-use_syslog = True
-syslog_log_facility = LOG_LOCAL1
+// vmCreate is how the controller is set up to create an amphora: the
+// Octavia options that change what ComputeCreate puts on the config drive,
+// and where the VM's management NIC sits.
+type vmCreate struct {
+	UserDataConfigDrive bool   // [controller_worker] user_data_config_drive
+	Timezone            string // [controller_worker] amp_timezone
+	ManagementSlot      int    // PCI slot of the management NIC (0: the harness's default)
+	// Extra files (target path → content) the controller adds to the
+	// config drive, as rsyslog's 10-rsyslog.conf rendered with targets.
+	Extra map[string][]byte
+}
 
-[haproxy_amphora]
-base_cert_dir = /var/lib/octavia/certs
-base_path = /var/lib/octavia
-bind_host = ::
-bind_port = 9443
-haproxy_cmd = /usr/sbin/haproxy
-respawn_count = 2
-respawn_interval = 2
-use_upstart = True
+// octaviaBuild is what Octavia's CertComputeCreate task asked the compute
+// driver for (testdata/vm/compute_create.py).
+type octaviaBuild struct {
+	Name             string            `json:"name"`
+	KeyName          string            `json:"key_name"`
+	UserData         string            `json:"user_data"`
+	ConfigDriveFiles map[string]string `json:"config_drive_files"`
+	UserDataFiles    map[string]string `json:"user_data_files"` // in write_files
+}
 
-[health_manager]
-controller_ip_port_list = %s:%d
-heartbeat_interval = %d
-heartbeat_key = %s
+const vmKeyName = "vm-tier-keypair" // [controller_worker] amp_ssh_key_name
 
-[amphora_agent]
-agent_server_ca = /etc/octavia/certs/client_ca.pem
-agent_server_cert = /etc/octavia/certs/server.pem
-agent_server_network_dir = /etc/octavia/interfaces
-agent_request_read_timeout = 180
-amphora_id = %s
-amphora_udp_driver = keepalived_lvs
-agent_tls_protocol = TLSv1.2
-administrative_log_facility = 1
-user_log_facility = 0
+// computeCreate runs Octavia's own CertComputeCreate task, set up as a
+// controller would be for this amphora: amphora-agent.conf from its
+// template (the API on every address, heartbeats to the host through
+// QEMU's gateway), rsyslog's config, the certificates and the cloud-init
+// user data, as they would reach Nova.
+func computeCreate(t *testing.T, env *testenv.Env, hbPort int, topology string, c vmCreate) octaviaBuild {
+	t.Helper()
+	spec := map[string]any{
+		"amphora_id": env.AmphoraID, "topology": topology,
+		"server_pem": env.ServerCert, "client_ca": env.CAFile,
+		"heartbeat": fmt.Sprintf("%s:%d", vm.GatewayIP, hbPort), "heartbeat_key": vmKey,
+		"heartbeat_interval": vmHeartbeat, "user_data_config_drive": c.UserDataConfigDrive,
+		"key_name": vmKeyName, "timezone": c.Timezone,
+	}
+	work := t.TempDir()
+	stdout, stderr, _ := runControllerScript(t, env, testdataScript(t, "vm", "compute_create.py"),
+		"--spec", writeSpec(t, work, spec), "--workdir", work)
+	var b octaviaBuild
+	if err := json.Unmarshal(stdout, &b); err != nil || b.UserData == "" {
+		t.Fatalf("compute_create.py printed no build call: %v\n%s\n%s", err, stdout, stderr)
+	}
+	return b
+}
 
-[controller_worker]
-loadbalancer_topology = %s
-`, vm.GatewayIP, hbPort, vmHeartbeat, vmKey, env.AmphoraID, topology)
+// sshPublicKey is a fresh ed25519 public key in authorized_keys form, as
+// Nova stores a key pair's public half.
+func sshPublicKey(t *testing.T, comment string) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blob []byte
+	for _, field := range [][]byte{[]byte("ssh-ed25519"), pub} {
+		blob = binary.BigEndian.AppendUint32(blob, uint32(len(field)))
+		blob = append(blob, field...)
+	}
+	return "ssh-ed25519 " + base64.StdEncoding.EncodeToString(blob) + " " + comment
+}
+
+// startAmphora powers on an amphora VM with its package and the config
+// drive Nova would make from Octavia's create call; ready waits for its
+// agent.
+func startAmphora(t *testing.T, name, topology string) *amphora {
+	t.Helper()
+	return createAmphora(t, name, topology, vmCreate{Timezone: "UTC"})
+}
+
+// startAmphoraWith also puts extra (target path → content) on the config
+// drive.
+func startAmphoraWith(t *testing.T, name, topology string, extra map[string][]byte) *amphora {
+	t.Helper()
+	return createAmphora(t, name, topology, vmCreate{Timezone: "UTC", Extra: extra})
 }
 
 // operatorSysctlFile is the operator's kernel tuning every VM-tier
 // amphora carries.
 const operatorSysctlFile = "/etc/sysctl.d/60-operator-tuning.conf"
 
-// startAmphora powers on an amphora VM with its package and its files
-// on the config drive; ready waits for its agent.
-func startAmphora(t *testing.T, name, topology string) *amphora {
-	t.Helper()
-	return startAmphoraWith(t, name, topology, nil)
-}
-
-// startAmphoraWith also puts extra (target path → content) on the config
-// drive, as the controller adds rsyslog's 10-rsyslog.conf.
-func startAmphoraWith(t *testing.T, name, topology string, extra map[string][]byte) *amphora {
+func createAmphora(t *testing.T, name, topology string, c vmCreate) *amphora {
 	t.Helper()
 	img := vm.BuildImage(t)
 	t.Logf("%s; accelerator %s", img.Info, vm.Accel(img))
 	env := testenv.New(t)
 	hb := newHBReceiver(t)
-	server, _ := os.ReadFile(env.ServerCert)
-	ca, _ := os.ReadFile(env.CAFile)
 	_, port, _ := strings.Cut(hb.addr(), ":")
 	hbPort, _ := strconv.Atoi(port)
+	build := computeCreate(t, env, hbPort, topology, c)
 	files := map[string][]byte{
-		"/etc/octavia/amphora-agent.conf":  []byte(vmConfig(env, hbPort, topology)),
-		"/etc/octavia/certs/server.pem":    server,
-		"/etc/octavia/certs/client_ca.pem": ca,
 		// An operator's own tuning, one key the agent leaves alone and
 		// one it requires otherwise (see the operator-sysctl test).
 		operatorSysctlFile: []byte("net.ipv4.tcp_keepalive_intvl = 17\nnet.core.somaxconn = 1024\n"),
 	}
-	for path, data := range extra {
-		files[path] = data
+	for path, content := range build.ConfigDriveFiles {
+		files[path] = []byte(content)
 	}
-	v := vm.Start(t, img, vm.Options{Name: name, Package: vmPackage(t), InstanceID: env.AmphoraID, Files: files})
+	for path, content := range c.Extra {
+		files[path] = content
+	}
+	key := sshPublicKey(t, "vm-tier@"+name)
+	v := vm.Start(t, img, vm.Options{
+		Name:           name,
+		Package:        vmPackage(t),
+		InstanceID:     env.AmphoraID,
+		Files:          files,
+		UserData:       []byte(build.UserData),
+		ServerName:     build.Name,
+		Hostname:       build.Name + ".novalocal", // Nova appends its dhcp_domain
+		KeyName:        build.KeyName,
+		PublicKey:      key,
+		ManagementSlot: c.ManagementSlot,
+	})
 	env.Port = v.APIPort
-	return &amphora{VM: v, env: env, hb: hb, started: time.Now()}
+	return &amphora{VM: v, env: env, hb: hb, started: time.Now(), build: build, publicKey: key}
 }
 
 func (a *amphora) ready(t *testing.T) {
 	t.Helper()
 	a.WaitGuest(vmBootWait)
+	// cloud-init's last stage runs the user data's runcmd, which restarts
+	// the agent when the files came in the user data: the agent counts as
+	// ready once that is over.
+	a.WaitFor(vmBootWait-time.Since(a.started), "cloud-init's final stage done",
+		`[ -e /var/lib/cloud/instance/boot-finished ] || { systemctl list-jobs --no-pager; journalctl -b --no-pager -u 'cloud-*' | tail -n 15; exit 1; }`)
 	a.waitActive(vmBootWait - time.Since(a.started))
 	t.Logf("%s: agent active %v after power-on", a.Name, time.Since(a.started).Round(time.Second))
 }
@@ -576,7 +628,9 @@ func TestVMSingleAmphora(t *testing.T) {
 		if j := a.MustExec("journalctl -u amphora-agent.service -o cat --no-pager"); !strings.Contains(j, `"amphora_id": "`+a.env.AmphoraID+`"`) {
 			t.Fatalf("the journal lacks the agent's structured lines:\n%s", j)
 		}
-		if mode := strings.TrimSpace(a.MustExec("stat -c %a /etc/octavia/certs/server.pem")); mode != "600" {
+		// cloud-init writes the config drive's files (0660, its mode for
+		// them): the key is not for other users' eyes.
+		if mode := strings.TrimSpace(a.MustExec("stat -c %a /etc/octavia/certs/server.pem")); !strings.HasSuffix(mode, "0") {
 			t.Fatalf("server.pem from the config drive has mode %s", mode)
 		}
 		status, _, body := a.env.Do("GET", "/1.0/info", nil)
@@ -1031,9 +1085,11 @@ func TestVMLogsAndPingMonitor(t *testing.T) {
 	rsyslogConf := renderRsyslogConf(t, "--tenant-target", tenant.target(), "--admin-target", admin.target())
 	a := startAmphoraWith(t, "amp-logs", "SINGLE", map[string][]byte{"/etc/rsyslog.d/10-rsyslog.conf": rsyslogConf})
 	a.ready(t)
-	// Here rsyslog ran before the package (and the config-drive unit) was
-	// installed at boot: the config-drive unit restarted it.
-	t.Logf("rsyslog: %s", a.MustExec("systemctl is-active rsyslog; ls -l /run/rsyslog/octavia/log /etc/rsyslog.d/; journalctl -b -o short-monotonic -u rsyslog -u amphora-config-drive | grep -e Start -e Stopp -e wrote"))
+	// cloud-init writes the file before sysinit.target (its local stage
+	// for Nova's files, its init stage for user data) and rsyslog starts
+	// after it, so rsyslog's first start reads it; the agent's first line
+	// at the admin target below depends on that.
+	t.Logf("rsyslog: %s", a.MustExec("systemctl is-active rsyslog; ls -l /run/rsyslog/octavia/log /etc/rsyslog.d/; journalctl -b -o short-monotonic -u rsyslog -u cloud-init-local -u cloud-init | grep -e Start -e Stopp -e Finished"))
 
 	n := newDataPlane(t)
 	ipCmd(t, "-n", n.member.Name, "addr", "add", vmMember2IP+"/24", "dev", vmBridge)

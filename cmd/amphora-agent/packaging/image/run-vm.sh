@@ -27,7 +27,7 @@ sed -e "s#^agent_server_ca = .*#agent_server_ca = /etc/octavia/certs/client_ca.p
 cp "$state/certs/server.pem" "$vmdir/cd/openstack/content/0001"
 cp "$state/certs/ca.pem" "$vmdir/cd/openstack/content/0002"
 cat >"$vmdir/cd/openstack/latest/meta_data.json" <<JSON
-{"uuid": "$(cat /proc/sys/kernel/random/uuid)", "name": "amphora-debug", "files": [
+{"uuid": "$(cat /proc/sys/kernel/random/uuid)", "name": "amphora-debug", "hostname": "amphora-debug", "files": [
  {"path": "/etc/octavia/amphora-agent.conf", "content_path": "/content/0000"},
  {"path": "/etc/octavia/certs/server.pem", "content_path": "/content/0001"},
  {"path": "/etc/octavia/certs/client_ca.pem", "content_path": "/content/0002"}]}
@@ -38,8 +38,7 @@ xorriso -as mkisofs -quiet -V amphora-pkg -J -r -o "$vmdir/pkg.iso" "$vmdir/pkg"
 [ -f "$vmdir/disk.qcow2" ] || qemu-img create -q -f qcow2 -b "$img/base.qcow2" -F qcow2 "$vmdir/disk.qcow2"
 
 exec qemu-system-x86_64 -M pc -accel tcg -m 1024 -smp 1 -nographic \
-	-kernel "$img/vmlinuz" -initrd "$img/initrd.img" -append "root=/dev/vda rw console=ttyS0" \
-	-drive "file=$vmdir/disk.qcow2,if=virtio,format=qcow2" \
+	-drive "file=$vmdir/disk.qcow2,if=none,id=root,format=qcow2" -device virtio-blk-pci,drive=root,bootindex=0 \
 	-drive "file=$vmdir/config-drive.iso,if=virtio,format=raw,readonly=on" \
 	-drive "file=$vmdir/pkg.iso,if=virtio,format=raw,readonly=on" \
 	-netdev "user,id=mgmt,net=192.0.2.0/24,hostfwd=tcp:127.0.0.1:$port-:9443" \

@@ -1,10 +1,10 @@
 // Package vm boots amphora VMs under QEMU for the VM test tier: the base
-// image from ../../../packaging/image/build.sh, a qcow2 overlay per VM, the agent's
-// package on a disk labelled amphora-pkg, the controller's files on a
-// config drive (ISO 9660 labelled config-2, as Nova makes it), the
-// management NIC on QEMU user networking with the API port forwarded to
-// host loopback, QMP for hot-plug and power, and qemu-guest-agent to run
-// commands inside.
+// image from ../../../packaging/image/build.sh through its boot loader, a qcow2 overlay
+// per VM, the agent's package on a disk labelled amphora-pkg, the
+// controller's files and user data on a config drive (ISO 9660 labelled
+// config-2, as Nova makes it), the management NIC on QEMU user networking
+// with the API port forwarded to host loopback, QMP for hot-plug and
+// power, and qemu-guest-agent to run commands inside.
 package vm
 
 import (
@@ -33,7 +33,7 @@ import (
 type Image struct {
 	Dir    string
 	Base   string // base.qcow2
-	Kernel string // vmlinuz
+	Kernel string // vmlinuz (the accelerator probe boots it)
 	Initrd string // initrd.img
 	Info   string // size and build time
 }
@@ -106,13 +106,24 @@ type Options struct {
 	Name string
 	// Package is the agent's .deb, installed at first boot.
 	Package string
-	// Files go on the config drive: target path → content.
-	Files map[string][]byte
 	// InstanceID is the Nova instance uuid on the config drive.
 	InstanceID string
+	// The config drive, as Nova writes it from the server's create call:
+	// Files (target path → content: personality files, listed in
+	// meta_data.json), UserData (openstack/latest/user_data), the
+	// server's name, the hostname Nova derives from it and the key
+	// pair (public_keys).
+	Files      map[string][]byte
+	UserData   []byte
+	ServerName string
+	Hostname   string
+	KeyName    string
+	PublicKey  string
 	MemoryMB   int
-	// ManagementTap, when set, backs the management NIC (PCI slot 3,
-	// MAC ManagementMAC) with that tap device instead of QEMU user
+	// ManagementSlot is the management NIC's PCI slot (default 3).
+	ManagementSlot int
+	// ManagementTap, when set, backs the management NIC (in
+	// ManagementSlot, MAC ManagementMAC) with that tap device instead of QEMU user
 	// networking: the cloud tier puts it on the controller's management
 	// bridge, where the VM gets its address by DHCP. APIPort is then 0.
 	ManagementTap string
@@ -142,6 +153,10 @@ type VM struct {
 // Nova keeps a server's ports in its domain.
 type nic struct{ id, tap, mac string }
 
+// ManagementIPv6Net is the prefix QEMU's router advertisements give the
+// management NIC (QEMU's own default, fec0::/64, is site-local).
+const ManagementIPv6Net = "2001:db8:c0::/64"
+
 // GatewayIP is the host as the VM sees it on the management network
 // (QEMU user networking); UDP sent there reaches host loopback.
 const GatewayIP = "192.0.2.2"
@@ -163,6 +178,12 @@ func Start(t testing.TB, img Image, o Options) *VM {
 		v.PowerOff()
 		if t.Failed() {
 			t.Logf("VM %s console (last lines):\n%s", v.Name, tail(v.Console(), 40))
+			// AMPHORA_VM_KEEP_FAILED=1 keeps a failed VM's folder (its
+			// whole console, QEMU's log, the disks) for a post-mortem.
+			if os.Getenv("AMPHORA_VM_KEEP_FAILED") != "" {
+				t.Logf("VM %s: folder kept in %s", v.Name, dir)
+				return
+			}
 		}
 		os.RemoveAll(dir)
 	})
@@ -194,8 +215,9 @@ func Start(t testing.TB, img Image, o Options) *VM {
 
 func (v *VM) path(name string) string { return filepath.Join(v.Dir, name) }
 
-// configDrive writes the files as Nova does: openstack/latest/meta_data.json
-// lists each target path and its content under openstack/content/.
+// configDrive writes the drive as Nova does: openstack/latest/meta_data.json
+// names the instance and its key and lists each file's target path and its
+// content under openstack/content/; the user data sits beside it.
 func (v *VM) configDrive(o Options, run func(string, ...string)) {
 	root := v.path("config-drive")
 	content := filepath.Join(root, "openstack", "content")
@@ -209,11 +231,28 @@ func (v *VM) configDrive(o Options, run func(string, ...string)) {
 		Path        string `json:"path"`
 		ContentPath string `json:"content_path"`
 	}
+	type key struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+		Data string `json:"data"`
+	}
 	md := struct {
-		UUID  string `json:"uuid"`
-		Name  string `json:"name"`
-		Files []file `json:"files"`
-	}{UUID: o.InstanceID, Name: o.Name}
+		UUID       string            `json:"uuid"`
+		Name       string            `json:"name"`
+		Hostname   string            `json:"hostname,omitempty"`
+		LaunchIdx  int               `json:"launch_index"`
+		Zone       string            `json:"availability_zone"`
+		PublicKeys map[string]string `json:"public_keys,omitempty"`
+		Keys       []key             `json:"keys,omitempty"`
+		Files      []file            `json:"files,omitempty"`
+	}{UUID: o.InstanceID, Name: o.ServerName, Hostname: o.Hostname, Zone: "nova"}
+	if md.Name == "" {
+		md.Name = o.Name
+	}
+	if o.KeyName != "" {
+		md.PublicKeys = map[string]string{o.KeyName: o.PublicKey}
+		md.Keys = []key{{Name: o.KeyName, Type: "ssh", Data: o.PublicKey}}
+	}
 	i := 0
 	for target, data := range o.Files {
 		name := fmt.Sprintf("%04d", i)
@@ -227,6 +266,11 @@ func (v *VM) configDrive(o Options, run func(string, ...string)) {
 	if err := os.WriteFile(filepath.Join(latest, "meta_data.json"), data, 0o644); err != nil {
 		v.t.Fatal(err)
 	}
+	if o.UserData != nil {
+		if err := os.WriteFile(filepath.Join(latest, "user_data"), o.UserData, 0o644); err != nil {
+			v.t.Fatal(err)
+		}
+	}
 	run("xorriso", "-as", "mkisofs", "-quiet", "-V", "config-2", "-J", "-r", "-o", v.path("config-drive.iso"), root)
 }
 
@@ -237,14 +281,9 @@ func (v *VM) boot() {
 	for _, s := range []string{"qmp.sock", "qga.sock"} {
 		os.Remove(v.path(s))
 	}
-	args := []string{
-		"-name", v.Name, "-M", "pc", "-accel", Accel(v.img), "-m", strconv.Itoa(v.opts.MemoryMB), "-smp", "1",
-		"-nographic", "-serial", "file:" + v.path("console.log"), "-monitor", "none",
-		"-kernel", v.img.Kernel, "-initrd", v.img.Initrd,
-		"-append", "root=/dev/vda rw console=ttyS0 quiet panic=-1 net.ifnames=1",
-		"-drive", "file=" + v.path("disk.qcow2") + ",if=virtio,format=qcow2,cache=unsafe",
-		"-drive", "file=" + v.path("config-drive.iso") + ",if=virtio,format=raw,readonly=on",
-		"-drive", "file=" + v.path("pkg.iso") + ",if=virtio,format=raw,readonly=on",
+	slot := v.opts.ManagementSlot
+	if slot == 0 {
+		slot = 3
 	}
 	var taps []*os.File
 	openFD := func(tap string) int {
@@ -260,17 +299,30 @@ func (v *VM) boot() {
 			f.Close()
 		}
 	}()
-	// The management NIC sits in PCI slot 3, where the image's network
-	// config expects it.
+	args := []string{
+		"-name", v.Name, "-M", "pc", "-accel", Accel(v.img), "-m", strconv.Itoa(v.opts.MemoryMB), "-smp", "1",
+		"-nographic", "-monitor", "none",
+		// Appended, not truncated: after a power cycle the console still
+		// shows the boots before it.
+		"-chardev", "file,id=console,append=on,path=" + v.path("console.log"), "-serial", "chardev:console",
+	}
+	// The management NIC is the first NIC, in whichever slot; the image's
+	// network config takes the first NIC. It comes before the disks,
+	// which take the free slots QEMU finds first.
 	if v.opts.ManagementTap != "" {
 		args = append(args, "-netdev", fmt.Sprintf("tap,id=mgmt,fd=%d", openFD(v.opts.ManagementTap)),
-			"-device", "virtio-net-pci,netdev=mgmt,mac="+v.opts.ManagementMAC+",addr=3")
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=mgmt,mac=%s,addr=%x", v.opts.ManagementMAC, slot))
 	} else {
-		args = append(args, "-netdev", fmt.Sprintf("user,id=mgmt,net=192.0.2.0/24,hostfwd=tcp:127.0.0.1:%d-:9443", v.APIPort),
-			"-device", "virtio-net-pci,netdev=mgmt,mac=52:54:00:c0:00:02,addr=3")
+		args = append(args, "-netdev", fmt.Sprintf("user,id=mgmt,net=192.0.2.0/24,ipv6-net=%s,hostfwd=tcp:127.0.0.1:%d-:9443", ManagementIPv6Net, v.APIPort),
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=mgmt,mac=52:54:00:c0:00:02,addr=%x", slot))
 	}
-	// After the management NIC, which claims slot 3 explicitly.
-	args = append(args, "-chardev", "socket,id=qga,path="+v.path("qga.sock")+",server=on,wait=off",
+	args = append(args,
+		// The BIOS boots the disk through its boot loader, as Nova does.
+		"-drive", "file="+v.path("disk.qcow2")+",if=none,id=root,format=qcow2,cache=unsafe",
+		"-device", "virtio-blk-pci,drive=root,bootindex=0",
+		"-drive", "file="+v.path("config-drive.iso")+",if=virtio,format=raw,readonly=on",
+		"-drive", "file="+v.path("pkg.iso")+",if=virtio,format=raw,readonly=on",
+		"-chardev", "socket,id=qga,path="+v.path("qga.sock")+",server=on,wait=off",
 		"-device", "virtio-serial", "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
 		"-qmp", "unix:"+v.path("qmp.sock")+",server=on,wait=off")
 	// NICs hot-plugged before a power-off are there at the next boot.

@@ -37,6 +37,17 @@ def argument_parser(description):
     return p
 
 
+def spec_arguments(description, parser=None):
+    """Parse --spec (a JSON file) and --workdir (a folder for the generated
+    octavia.conf), on parser if given; return the arguments and the spec."""
+    p = parser or argparse.ArgumentParser(description=description)
+    p.add_argument('--spec', required=True)
+    p.add_argument('--workdir', required=True)
+    args = p.parse_args()
+    with open(args.spec) as f:
+        return args, json.load(f)
+
+
 def take_stdout():
     """Keep stdout for the JSON the Go test reads.
 

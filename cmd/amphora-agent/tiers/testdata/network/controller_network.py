@@ -14,8 +14,6 @@ with what each call returned or raised. Unexpected errors end the script
 with a traceback on stderr and a non-zero status.
 """
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -27,12 +25,7 @@ import octavia_controller  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--spec', required=True)
-    p.add_argument('--workdir', required=True)
-    args = p.parse_args()
-    with open(args.spec) as f:
-        spec = json.load(f)
+    args, spec = octavia_controller.spec_arguments(__doc__.splitlines()[0])
 
     result_out = octavia_controller.take_stdout()
     conf = octavia_controller.configure(octavia_controller.write_conf(
