@@ -100,6 +100,9 @@ type Port struct {
 	// AllowedAddresses are the allowed-address-pairs Octavia asks for
 	// (the VIP on a VRRP port); recorded, not enforced.
 	AllowedAddresses []string `json:"-"`
+	// NovaMade marks a port Nova created for a server (on a network it
+	// was given): Nova deletes it with the server.
+	NovaMade bool `json:"-"`
 }
 
 // Server is a Nova server.
