@@ -447,6 +447,18 @@ func (c *ControlPlane) OpenStack(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// SQL runs a query on Octavia's database as root (tab-separated rows, no
+// column names), as an operator checks what the control plane kept.
+func (c *ControlPlane) SQL(query string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := c.NS.Exec(ctx, "mariadb", "--no-defaults", "-S", c.path("mysqld.sock"), "-N", "-B", "octavia", "-e", query)
+	if err != nil {
+		return "", fmt.Errorf("SQL %q: %v: %s", query, err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
 // Memory lists each service's PSS and process count, one line each.
 func (c *ControlPlane) Memory() []string {
 	var out []string
