@@ -139,6 +139,9 @@ func Start(t testing.TB, o Options) *ControlPlane {
 			t.Fatal(err)
 		}
 	}
+	// Neutron's DHCP agent (dnsmasq, with VMs) serves the management
+	// network only; the VIP and member ports are configured by the agent.
+	c.ManagementSubnet.EnableDHCP = true
 	if err := controllerPKI(c.path("certs")); err != nil {
 		t.Fatal(err)
 	}

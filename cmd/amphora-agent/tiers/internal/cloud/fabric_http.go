@@ -198,6 +198,12 @@ func (f *Fabric) build(a buildArgs) (any, error) {
 	for _, p := range s.Ports {
 		p.DeviceID, p.DeviceOwner = s.ID, "compute:nova"
 	}
+	nd, err := f.networkDataOf(s)
+	if err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	s.NetworkData = nd
 	f.servers[s.ID] = s
 	f.mu.Unlock()
 	go f.boot(s)

@@ -58,7 +58,7 @@ func (h *vmHypervisor) Boot(s *Server) error {
 	}
 	v, err := startOffTest(h.c.t, func(t testing.TB) *vm.VM {
 		return vm.Start(t, h.opts.Image, vm.Options{Name: s.Name, Package: h.opts.Package, Files: s.Files,
-			InstanceID: s.ID, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
+			InstanceID: s.ID, NetworkData: s.NetworkData, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
 	})
 	if err != nil {
 		return fmt.Errorf("server %s: %v", s.ID, err)

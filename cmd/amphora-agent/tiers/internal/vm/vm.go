@@ -110,6 +110,10 @@ type Options struct {
 	Files map[string][]byte
 	// InstanceID is the Nova instance uuid on the config drive.
 	InstanceID string
+	// NetworkData, when set, is the config drive's
+	// openstack/latest/network_data.json (the server's ports as Nova
+	// describes them).
+	NetworkData []byte
 	MemoryMB   int
 	// ManagementTap, when set, backs the management NIC (PCI slot 3,
 	// MAC ManagementMAC) with that tap device instead of QEMU user
@@ -226,6 +230,11 @@ func (v *VM) configDrive(o Options, run func(string, ...string)) {
 	data, _ := json.Marshal(md)
 	if err := os.WriteFile(filepath.Join(latest, "meta_data.json"), data, 0o644); err != nil {
 		v.t.Fatal(err)
+	}
+	if o.NetworkData != nil {
+		if err := os.WriteFile(filepath.Join(latest, "network_data.json"), o.NetworkData, 0o644); err != nil {
+			v.t.Fatal(err)
+		}
 	}
 	run("xorriso", "-as", "mkisofs", "-quiet", "-V", "config-2", "-J", "-r", "-o", v.path("config-drive.iso"), root)
 }
