@@ -255,6 +255,19 @@ func TestCloudScenarios(t *testing.T) {
 	s.lb = waitLB(t, cp, createLB(t, cp, "lb-scenes"), "ACTIVE", 20*time.Minute)
 	t.Logf("create → ACTIVE in %.1fs (%s)", time.Since(created).Seconds(), vm.Accel(img))
 	s.names[s.lb.ID] = "lb"
+	// The config drive describes the management port as Nova would.
+	if servers := cp.Fabric.Servers(); len(servers) == 1 {
+		mac := servers[0].Ports[0].MACAddress
+		for _, v := range cp.VMs() {
+			nd := v.MustExec(`d=$(mktemp -d) && mount -o ro /dev/disk/by-label/config-2 "$d" && ` +
+				`cat "$d/openstack/latest/network_data.json"; umount "$d"; rmdir "$d"`)
+			if !strings.Contains(nd, `"ethernet_mac_address":"`+mac+`"`) || !strings.Contains(nd, `"type":"ipv4_dhcp"`) {
+				t.Errorf("network_data.json on the config drive does not describe the management port %s by DHCP: %s", mac, nd)
+			}
+		}
+	} else {
+		t.Errorf("%d servers after the create, want 1", len(servers))
+	}
 
 	for i, addr := range []string{sceneMember1, sceneMember2, sceneMember3} {
 		name := fmt.Sprintf("member-%d", i+1)
@@ -290,6 +303,7 @@ func TestCloudScenarios(t *testing.T) {
 	t.Run("Prometheus", func(t *testing.T) { s.prometheus(t) })
 	s.logTransitions(t)
 	t.Run("Deletes", func(t *testing.T) { s.deletes(t, pool, members) })
+	t.Run("Unplug", func(t *testing.T) { s.unplug(t, pool, members) })
 	t.Run("CascadeDelete", func(t *testing.T) { s.cascadeDelete(t) })
 }
 
@@ -363,6 +377,16 @@ func (s *scene) poolAlgorithm(t *testing.T, pool string) {
 	}
 	if len(seen) != 1 {
 		t.Errorf("SOURCE_IP: one client's 12 connections answered by %v, want one member", seen)
+	}
+	// LEAST_CONNECTIONS would also send sequential connections to one
+	// member: the amphora's HAProxy config tells the two apart.
+	for _, v := range s.cp.VMs() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		code, out, err := v.Exec(ctx, "grep -h '^ *balance ' /var/lib/octavia/"+s.lb.ID+"/haproxy.cfg")
+		cancel()
+		if err != nil || code != 0 || !strings.Contains(out, "balance source") {
+			t.Errorf("the amphora's HAProxy config after SOURCE_IP: %q (exit %d, %v), want balance source", out, code, err)
+		}
 	}
 	t.Logf("SOURCE_IP: 12 connections answered by %v", seen)
 	s.change(t, "pool ROUND_ROBIN", func() {
@@ -544,6 +568,58 @@ func (s *scene) deletes(t *testing.T, pool string, members map[string]string) {
 	if strings.Contains(out, "l-udp") {
 		t.Errorf("listener l-udp still listed: %q", out)
 	}
+}
+
+// memberNICs is how many of the server's ports are on the member network.
+func (s *scene) memberNICs(t *testing.T) int {
+	t.Helper()
+	servers := s.cp.Fabric.Servers()
+	if len(servers) != 1 {
+		t.Fatalf("%d servers, want 1", len(servers))
+	}
+	n := 0
+	for _, p := range servers[0].Ports {
+		if p.NetworkID == s.cp.MemberNet.ID {
+			n++
+		}
+	}
+	return n
+}
+
+// unplug: the pools of the other listeners deleted, then the last member
+// on the member network → the member flow's network delta unplugs that
+// network from the amphora (the NIC leaves the VM) and the listener
+// answers 503; the member added again → the network is plugged again
+// and the member serves.
+func (s *scene) unplug(t *testing.T, pool string, members map[string]string) {
+	for _, p := range []string{"pl-tcp", "pl-sctp", "pl-udp"} {
+		s.change(t, "delete pool "+p, func() { s.cli(t, "loadbalancer", "pool", "delete", p) })
+	}
+	if n := s.memberNICs(t); n != 1 {
+		t.Fatalf("%d ports on the member network before the last member goes, want 1", n)
+	}
+	s.change(t, "delete member-1, the last on the member network", func() {
+		s.rest(t, "DELETE", "/v2/lbaas/pools/"+pool+"/members/"+members["member-1"], nil, nil)
+	})
+	if n := s.memberNICs(t); n != 0 {
+		t.Errorf("%d ports on the member network after its last member went, want 0", n)
+	}
+	// v.Exec, not v.WaitFor: the VM reports fatal failures to the test
+	// that booted it, not to this subtest.
+	for _, v := range s.cp.VMs() {
+		cloud.WaitFor(t, time.Minute, "no address on the member network in the amphora", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			code, _, err := v.Exec(ctx, "ip -n amphora-haproxy -4 -o addr show | grep -q ' 198.51.100.1[4-9][0-9]/'")
+			return err == nil && code == 1
+		})
+	}
+	onlyFrom(t, "HTTP with no member", s.httpAsk(80, "/"), "status 503 ")
+	members["member-1"] = s.addMember(t, pool, "member-1", sceneMember1, sceneHTTP)
+	if n := s.memberNICs(t); n != 1 {
+		t.Errorf("%d ports on the member network after a member came back, want 1", n)
+	}
+	onlyFrom(t, "HTTP with member-1 back on a new NIC", s.httpAsk(80, "/"), "member-1")
 }
 
 // octaviaTables are the tables of Octavia's database that hold a load
