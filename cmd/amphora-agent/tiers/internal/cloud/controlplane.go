@@ -139,6 +139,9 @@ func Start(t testing.TB, o Options) *ControlPlane {
 			t.Fatal(err)
 		}
 	}
+	// Neutron's DHCP agent (dnsmasq, with VMs) serves the management
+	// network only; the VIP and member ports are configured by the agent.
+	c.ManagementSubnet.EnableDHCP = true
 	if err := controllerPKI(c.path("certs")); err != nil {
 		t.Fatal(err)
 	}
@@ -445,6 +448,18 @@ func (c *ControlPlane) OpenStack(args ...string) (string, error) {
 		return string(out), fmt.Errorf("openstack %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return string(out), nil
+}
+
+// SQL runs a query on Octavia's database as root (tab-separated rows, no
+// column names), as an operator checks what the control plane kept.
+func (c *ControlPlane) SQL(query string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := c.NS.Exec(ctx, "mariadb", "--no-defaults", "-S", c.path("mysqld.sock"), "-N", "-B", "octavia", "-e", query)
+	if err != nil {
+		return "", fmt.Errorf("SQL %q: %v: %s", query, err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // Memory lists each service's PSS and process count, one line each.

@@ -70,6 +70,9 @@ type Subnet struct {
 	IPVersion  int         `json:"ip_version"`
 	GatewayIP  string      `json:"gateway_ip,omitempty"`
 	HostRoutes []HostRoute `json:"host_routes"`
+	// EnableDHCP: a DHCP server hands out the ports' addresses (the
+	// management network's dnsmasq); network_data.json then says so.
+	EnableDHCP bool `json:"enable_dhcp"`
 
 	prefix netip.Prefix
 	next   netip.Addr
@@ -100,6 +103,9 @@ type Port struct {
 	// AllowedAddresses are the allowed-address-pairs Octavia asks for
 	// (the VIP on a VRRP port); recorded, not enforced.
 	AllowedAddresses []string `json:"-"`
+	// NovaMade marks a port Nova created for a server (on a network it
+	// was given): Nova deletes it with the server.
+	NovaMade bool `json:"-"`
 }
 
 // Server is a Nova server.
@@ -113,6 +119,8 @@ type Server struct {
 	ServerGroupID    string
 	AvailabilityZone string
 	UserData         string
+	// NetworkData is the config drive's network_data.json.
+	NetworkData []byte
 	// Files is the config drive Octavia asked for: target path → content.
 	Files map[string][]byte
 	// Ports in the order they were attached; the first is the

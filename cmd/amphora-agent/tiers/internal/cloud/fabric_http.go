@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -183,6 +184,7 @@ func (f *Fabric) build(a buildArgs) (any, error) {
 			f.mu.Unlock()
 			return nil, err
 		}
+		p.NovaMade = true
 		s.Ports = append(s.Ports, p)
 	}
 	for _, id := range a.PortIDs {
@@ -196,6 +198,12 @@ func (f *Fabric) build(a buildArgs) (any, error) {
 	for _, p := range s.Ports {
 		p.DeviceID, p.DeviceOwner = s.ID, "compute:nova"
 	}
+	nd, err := f.networkDataOf(s)
+	if err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	s.NetworkData = nd
 	f.servers[s.ID] = s
 	f.mu.Unlock()
 	go f.boot(s)
@@ -233,7 +241,7 @@ func (f *Fabric) deleteServer(a idArgs) (any, error) {
 		s.Status = "DELETED"
 		// Nova deletes the ports it made and detaches the others.
 		for _, p := range s.Ports {
-			if strings.HasPrefix(p.Name, "octavia-lb-mgmt-") {
+			if p.NovaMade {
 				delete(f.ports, p.ID)
 			} else {
 				p.DeviceID, p.DeviceOwner = "", ""
@@ -378,8 +386,15 @@ func vipOf(p *Port) map[string]any {
 		"network_id": p.NetworkID, "port_id": p.ID, "octavia_owned": true}
 }
 
+// deallocateVIP deletes the VIP port and, as Neutron's driver does, the
+// amphorae's VRRP ports: the ports holding the VIP as an allowed address.
 func (f *Fabric) deallocateVIP(a vipCall) (any, error) {
 	delete(f.ports, a.VIP.PortID)
+	for id, p := range f.ports {
+		if a.VIP.IPAddress != "" && slices.Contains(p.AllowedAddresses, a.VIP.IPAddress) {
+			delete(f.ports, id)
+		}
+	}
 	return map[string]any{}, nil
 }
 
@@ -494,6 +509,8 @@ func (f *Fabric) attach(a attachCall) (any, error) {
 	} else if p, err = f.newPort(deref(a.NetworkID), "octavia-member-"+s.ID, deref(a.IPAddress)); err != nil {
 		f.mu.Unlock()
 		return nil, err
+	} else {
+		p.NovaMade = true
 	}
 	p.DeviceID, p.DeviceOwner = s.ID, "compute:nova"
 	bridge := f.networks[p.NetworkID].Bridge

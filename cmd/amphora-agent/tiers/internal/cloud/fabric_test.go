@@ -124,3 +124,54 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 		t.Errorf("a call the model lacks: %d, want 501", code)
 	}
 }
+
+// TestFabricCascadeDeletePorts follows the calls of a load balancer's
+// cascade delete, which unplugs nothing first: deallocate_vip deletes the
+// VIP port and the VRRP port holding the VIP (as Neutron's driver does),
+// and the server's delete takes the ports Nova made for it (management
+// and an attached member network); a port the caller made and attached
+// stays, unbound.
+func TestFabricCascadeDeletePorts(t *testing.T) {
+	f := NewFabric(PaperHypervisor{})
+	mgmt, _, _ := f.AddNetwork("mgmt", "198.51.100.0/25", "", "198.51.100.10", "")
+	_, vipSubnet, _ := f.AddNetwork("vip", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "")
+	members, _, _ := f.AddNetwork("members", "198.51.100.128/25", "198.51.100.129", "198.51.100.140", "")
+	vip, err := f.allocateVIP(lbCall{LoadBalancer: lbArgs{ID: "lb1", VIP: &vipArgs{SubnetID: vipSubnet.ID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vip.(map[string]any)
+	va := vipArgs{IPAddress: v["ip_address"].(string), SubnetID: vipSubnet.ID, NetworkID: v["network_id"].(string), PortID: v["port_id"].(string)}
+	built, err := f.build(buildArgs{Name: "amphora-1", NetworkIDs: []string{mgmt.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := built.(map[string]string)["id"]
+	if _, err := f.plugAAPPort(aapCall{VIP: va, Amphora: amphoraArgs{ID: "a1", ComputeID: id}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.attach(attachCall{ID: id, NetworkID: &members.ID}); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	own, err := f.newPort(members.ID, "users-own", "")
+	f.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.attach(attachCall{ID: id, PortID: &own.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.PortCount(); n != 5 {
+		t.Fatalf("%d ports before the delete, want 5 (VIP, management, VRRP, member network, own)", n)
+	}
+	f.mu.Lock()
+	f.deallocateVIP(vipCall{VIP: va})
+	f.mu.Unlock()
+	if _, err := f.deleteServer(idArgs{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.PortCount(); n != 1 || own.DeviceID != "" {
+		t.Errorf("%d ports left after the cascade delete, want only the caller's own, unbound (device %q)", n, own.DeviceID)
+	}
+}

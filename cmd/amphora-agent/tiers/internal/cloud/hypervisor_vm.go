@@ -2,13 +2,16 @@ package cloud
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
@@ -53,23 +56,72 @@ func (h *vmHypervisor) Boot(s *Server) error {
 	if err := h.c.bridgePort(tap, "br-mgmt"); err != nil {
 		return err
 	}
-	// vm.Start reports failures through t.Fatal, which ends only this
-	// goroutine when called off the test's: the boot then fails here.
-	var v *vm.VM
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		v = vm.Start(h.c.t, h.opts.Image, vm.Options{Name: s.Name, Package: h.opts.Package, Files: s.Files,
-			InstanceID: s.ID, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
-	}()
-	<-done
-	if v == nil {
-		return fmt.Errorf("server %s: QEMU did not start (see the test log)", s.ID)
+	v, err := startOffTest(h.c.t, func(t testing.TB) *vm.VM {
+		return vm.Start(t, h.opts.Image, vm.Options{Name: s.Name, Package: h.opts.Package, Files: s.Files,
+			InstanceID: s.ID, NetworkData: s.NetworkData, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
+	})
+	if err != nil {
+		return fmt.Errorf("server %s: %v", s.ID, err)
 	}
 	h.mu.Lock()
 	h.vms[s.ID] = v
 	h.mu.Unlock()
 	return nil
+}
+
+// bootTB is the test as vm.Start sees it on the fabric's boot goroutine,
+// where t.Fatal would end only that goroutine and leave the fabric
+// waiting: while booting, a fatal failure fails the test (Errorf is safe
+// off its goroutine), is kept for Boot to return as the server's fault,
+// and ends the boot goroutine. Afterwards the VM's failures (MustExec from
+// the test) reach the test as they always do.
+type bootTB struct {
+	testing.TB
+	mu      sync.Mutex
+	booting bool
+	err     error
+}
+
+func (b *bootTB) Fatal(args ...any)                 { b.fail(fmt.Sprint(args...)) }
+func (b *bootTB) Fatalf(format string, args ...any) { b.fail(fmt.Sprintf(format, args...)) }
+func (b *bootTB) FailNow()                          { b.fail("FailNow during a VM boot") }
+
+func (b *bootTB) fail(msg string) {
+	b.mu.Lock()
+	booting := b.booting
+	if booting {
+		b.err = errors.New(msg)
+	}
+	b.mu.Unlock()
+	if !booting {
+		b.TB.Helper()
+		b.TB.Fatal(msg)
+	}
+	b.TB.Errorf("booting a VM off the test's goroutine: %s", msg)
+	runtime.Goexit()
+}
+
+// startOffTest runs start (vm.Start) on a goroutine of its own with a
+// bootTB and returns its VM, or the failure that ended it.
+func startOffTest(t testing.TB, start func(testing.TB) *vm.VM) (*vm.VM, error) {
+	b := &bootTB{TB: t, booting: true}
+	var v *vm.VM
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		v = start(b)
+	}()
+	<-done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.booting = false
+	if b.err != nil {
+		return nil, b.err
+	}
+	if v == nil {
+		return nil, errors.New("the VM did not start")
+	}
+	return v, nil
 }
 
 func (h *vmHypervisor) remember(id, tap string) {

@@ -119,7 +119,11 @@ type Options struct {
 	Hostname   string
 	KeyName    string
 	PublicKey  string
-	MemoryMB   int
+	// NetworkData, when set, is the config drive's
+	// openstack/latest/network_data.json (the server's ports as Nova
+	// describes them).
+	NetworkData []byte
+	MemoryMB    int
 	// ManagementSlot is the management NIC's PCI slot (default 3).
 	ManagementSlot int
 	// ManagementTap, when set, backs the management NIC (in
@@ -268,6 +272,11 @@ func (v *VM) configDrive(o Options, run func(string, ...string)) {
 	}
 	if o.UserData != nil {
 		if err := os.WriteFile(filepath.Join(latest, "user_data"), o.UserData, 0o644); err != nil {
+			v.t.Fatal(err)
+		}
+	}
+	if o.NetworkData != nil {
+		if err := os.WriteFile(filepath.Join(latest, "network_data.json"), o.NetworkData, 0o644); err != nil {
 			v.t.Fatal(err)
 		}
 	}
