@@ -7,8 +7,6 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
-
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
 
 // Fabric is the cloud the control plane drives: a small model of Neutron
@@ -23,7 +21,7 @@ type Fabric struct {
 	subnets    map[string]*Subnet
 	ports      map[string]*Port
 	servers    map[string]*Server
-	groups     map[string]string // server group id → name
+	groups     map[string]*ServerGroup
 	hypervisor Hypervisor
 	calls      []string
 }
@@ -60,8 +58,10 @@ type Network struct {
 	Bridge string `json:"-"`
 }
 
-// Subnet is a Neutron subnet; addresses are handed out in order from
-// firstFree, never reused within a test.
+// Subnet is a Neutron subnet. Its allocation pool runs from firstFree to
+// its last address; addresses are handed out in order and a released one
+// is handed out again only once the pool's end is reached, so a new port
+// rarely inherits a gone port's address (and its neighbours' ARP entries).
 type Subnet struct {
 	ID         string      `json:"id"`
 	Name       string      `json:"name"`
@@ -75,6 +75,7 @@ type Subnet struct {
 	EnableDHCP bool `json:"enable_dhcp"`
 
 	prefix netip.Prefix
+	pool   netip.Addr // the allocation pool's first address
 	next   netip.Addr
 }
 
@@ -131,7 +132,7 @@ type Server struct {
 // NewFabric makes an empty cloud whose servers boot on h.
 func NewFabric(h Hypervisor) *Fabric {
 	return &Fabric{networks: map[string]*Network{}, subnets: map[string]*Subnet{}, ports: map[string]*Port{},
-		servers: map[string]*Server{}, groups: map[string]string{}, hypervisor: h}
+		servers: map[string]*Server{}, groups: map[string]*ServerGroup{}, hypervisor: h}
 }
 
 // errNotFound marks a lookup of something the model does not hold; the
@@ -164,20 +165,10 @@ func (f *Fabric) AddNetwork(name, cidr, gateway, firstFree, bridge string) (*Net
 		version = 6
 	}
 	s := &Subnet{ID: newUUID(), Name: name + "-subnet", NetworkID: n.ID, CIDR: prefix.Masked().String(),
-		IPVersion: version, GatewayIP: gateway, HostRoutes: []HostRoute{}, prefix: prefix.Masked(), next: next}
+		IPVersion: version, GatewayIP: gateway, HostRoutes: []HostRoute{}, prefix: prefix.Masked(), pool: next, next: next}
 	n.Subnets = append(n.Subnets, s.ID)
 	f.networks[n.ID], f.subnets[s.ID] = n, s
 	return n, s, nil
-}
-
-// allocate hands out the subnet's next address (the caller holds f.mu).
-func (s *Subnet) allocate() (string, error) {
-	a := s.next
-	if !s.prefix.Contains(a) || (a.Is4() && a == lastOf(s.prefix)) {
-		return "", fmt.Errorf("subnet %s (%s) has no free address left", s.ID, s.CIDR)
-	}
-	s.next = a.Next()
-	return a.String(), nil
 }
 
 // lastOf is an IPv4 prefix's broadcast address.
@@ -200,17 +191,7 @@ func (f *Fabric) newPort(networkID, name, ip string) (*Port, error) {
 	if len(n.Subnets) == 0 {
 		return nil, fmt.Errorf("network %s has no subnet", networkID)
 	}
-	s := f.subnets[n.Subnets[0]]
-	if ip == "" {
-		var err error
-		if ip, err = s.allocate(); err != nil {
-			return nil, err
-		}
-	}
-	p := &Port{ID: newUUID(), Name: name, NetworkID: n.ID, MACAddress: topo.UniqueMAC(), AdminUp: true,
-		FixedIPs: []FixedIP{{SubnetID: s.ID, IPAddress: ip}}}
-	f.ports[p.ID] = p
-	return p, nil
+	return f.portOn(n, name, []FixedIP{{SubnetID: n.Subnets[0], IPAddress: ip}})
 }
 
 // record notes a driver call for Calls.

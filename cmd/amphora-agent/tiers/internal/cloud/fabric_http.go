@@ -176,6 +176,11 @@ func (f *Fabric) build(a buildArgs) (any, error) {
 		s.Files[path] = data
 	}
 	f.mu.Lock()
+	group, ok := f.groups[s.ServerGroupID]
+	if s.ServerGroupID != "" && !ok {
+		f.mu.Unlock()
+		return nil, notFound("server group", s.ServerGroupID)
+	}
 	// Nova makes a port on each network and takes the ports it is given,
 	// in this order; the first is the management port.
 	for _, id := range a.NetworkIDs {
@@ -205,6 +210,9 @@ func (f *Fabric) build(a buildArgs) (any, error) {
 	}
 	s.NetworkData = nd
 	f.servers[s.ID] = s
+	if group != nil {
+		group.Members = append(group.Members, s.ID)
+	}
 	f.mu.Unlock()
 	go f.boot(s)
 	return map[string]string{"id": s.ID}, nil
@@ -239,6 +247,9 @@ func (f *Fabric) deleteServer(a idArgs) (any, error) {
 	s, err := f.server(a.ID)
 	if err == nil {
 		s.Status = "DELETED"
+		if g := f.groups[s.ServerGroupID]; g != nil {
+			g.Members = slices.DeleteFunc(g.Members, func(id string) bool { return id == s.ID })
+		}
 		// Nova deletes the ports it made and detaches the others.
 		for _, p := range s.Ports {
 			if p.NovaMade {
@@ -282,20 +293,6 @@ func (f *Fabric) getAmphora(a getAmphoraCall) (any, error) {
 		}
 	}
 	return answer, nil
-}
-
-func (f *Fabric) createServerGroup(a idArgs) (any, error) {
-	id := newUUID()
-	f.groups[id] = a.Name
-	return map[string]string{"id": id}, nil
-}
-
-func (f *Fabric) deleteServerGroup(a idArgs) (any, error) {
-	if _, ok := f.groups[a.ID]; !ok {
-		return nil, notFound("server group", a.ID)
-	}
-	delete(f.groups, a.ID)
-	return map[string]any{}, nil
 }
 
 // Network.
@@ -607,12 +604,9 @@ func (f *Fabric) plugFixedIP(a fixedIPCall) (any, error) {
 	if !ok {
 		return nil, notFound("subnet", a.SubnetID)
 	}
-	ip := deref(a.IPAddress)
-	if ip == "" {
-		var err error
-		if ip, err = sub.allocate(); err != nil {
-			return nil, err
-		}
+	ip, err := f.claim(sub, deref(a.IPAddress))
+	if err != nil {
+		return nil, err
 	}
 	p.FixedIPs = append(p.FixedIPs, FixedIP{SubnetID: sub.ID, IPAddress: ip})
 	return p, nil

@@ -120,7 +120,7 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 	if code := call(t, c, "compute/get_amphora", map[string]any{"id": built["id"]}, nil); code != 404 {
 		t.Errorf("get_amphora of a deleted server: %d, want 404", code)
 	}
-	if code := call(t, c, "network/set_port_admin_state_up", map[string]any{}, nil); code != 501 {
+	if code := call(t, c, "network/not_a_driver_call", map[string]any{}, nil); code != 501 {
 		t.Errorf("a call the model lacks: %d, want 501", code)
 	}
 }

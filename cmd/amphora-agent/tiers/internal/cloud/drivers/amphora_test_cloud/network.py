@@ -18,6 +18,10 @@ LOG = logging.getLogger(__name__)
 
 class NetworkDriver(base.AbstractNetworkDriver):
 
+    # Neutron's driver reads this from Neutron's extensions; the failover
+    # flow's GetVIPSecurityGroupID reads it when no group is found.
+    sec_grp_enabled = False
+
     # Lookups.
 
     @fabric.not_found(base.NetworkNotFound)
@@ -56,8 +60,9 @@ class NetworkDriver(base.AbstractNetworkDriver):
                                           device_id=device_id))
 
     def get_security_group(self, sg_name):
-        # Security groups are not modelled: there is none to find.
-        raise base.SecurityGroupNotFound('security groups are not modelled')
+        # Security groups are not modelled: like Neutron's driver without
+        # the extension, there is none and that is no error.
+        return None
 
     def get_network_ip_availability(self, network):
         d = fabric.call('network/get_network_ip_availability', id=network.id)
