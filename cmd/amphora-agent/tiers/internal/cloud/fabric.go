@@ -232,7 +232,12 @@ func (f *Fabric) PortCount() int {
 func newUUID() string {
 	var b [16]byte
 	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
+	return formatUUID(b[:], 4)
+}
+
+// formatUUID writes b's first 16 bytes as a UUID of the given version.
+func formatUUID(b []byte, version byte) string {
+	b[6] = b[6]&0x0f | version<<4
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

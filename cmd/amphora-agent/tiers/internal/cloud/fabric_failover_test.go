@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 )
@@ -212,5 +213,34 @@ func TestFabricAddressPool(t *testing.T) {
 
 	if got := s6.poolSize().String(); got != "18446744073709551600" {
 		t.Errorf("IPv6 pool size %s, want 2^64-16", got)
+	}
+}
+
+// TestFabricImageIDIsUUID: get_amphora reports the image by a UUID, one
+// per tag, as Nova does; Octavia's amphora API refuses any other image_id.
+func TestFabricImageIDIsUUID(t *testing.T) {
+	f := NewFabric(PaperHypervisor{})
+	mgmt, _, _ := f.AddNetwork("mgmt", "198.51.100.0/25", "", "198.51.100.10", "")
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	ids := map[string]string{}
+	for _, tag := range []string{"amphora", "amphora", "other"} {
+		built, err := f.build(buildArgs{Name: "a", ImageTag: tag, NetworkIDs: []string{mgmt.ID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		amp, err := f.getAmphora(getAmphoraCall{ID: built.(map[string]string)["id"]})
+		f.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := amp.(map[string]any)["image_id"].(string)
+		if !uuid.MatchString(id) || ids[tag] != "" && ids[tag] != id {
+			t.Errorf("image_id for tag %q: %q (before %q), want one UUID per tag", tag, id, ids[tag])
+		}
+		ids[tag] = id
+	}
+	if ids["amphora"] == ids["other"] {
+		t.Errorf("two tags share image_id %s", ids["other"])
 	}
 }

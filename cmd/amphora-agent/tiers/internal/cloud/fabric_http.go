@@ -279,7 +279,7 @@ func (f *Fabric) getAmphora(a getAmphoraCall) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	answer := map[string]any{"id": s.ID, "status": s.Status, "flavor": s.Flavor, "image_id": s.ImageTag,
+	answer := map[string]any{"id": s.ID, "status": s.Status, "flavor": s.Flavor, "image_id": imageID(s.ImageTag),
 		"availability_zone": s.AvailabilityZone}
 	if s.Fault != "" {
 		answer["fault"] = map[string]string{"message": s.Fault}

@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"crypto/sha1"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -30,6 +31,15 @@ type ServerGroup struct {
 	Name    string
 	Policy  string
 	Members []string // server ids, in build order
+}
+
+// imageID is the id Glance would give the image tagged tag: Nova reports
+// a server's image by id, and Octavia's amphora API refuses to show an
+// amphora whose image_id is not a UUID (400 on GET /v2/octavia/amphorae).
+// Stable per tag, so the amphorae of one tag share it.
+func imageID(tag string) string {
+	b := sha1.Sum([]byte("amphora-test-image:" + tag))
+	return formatUUID(b[:], 5)
 }
 
 type groupCall struct {
