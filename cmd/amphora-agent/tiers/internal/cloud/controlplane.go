@@ -35,6 +35,9 @@ const (
 	APIAddr        = "127.0.0.1:9876"
 )
 
+// serviceStartLimit bounds each Octavia service's start-up.
+const serviceStartLimit = 4 * time.Minute
+
 // Options shape one control plane.
 type Options struct {
 	// AmphoraDriver is [controller_worker] amphora_driver: Octavia's
@@ -177,7 +180,10 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	worker := octavia("octavia-worker")
 	hm := octavia("octavia-health-manager")
 	hk := octavia("octavia-housekeeping")
-	c.waitReady(api, 90*time.Second, func() error {
+	// The four services import Octavia at once; on 2 cores shared with
+	// other tests' VMs that alone took over 90 s (seen at load 12), so the
+	// deadlines are generous: they cost nothing when the service is up.
+	c.waitReady(api, serviceStartLimit, func() error {
 		resp, err := c.HTTP().Get("http://" + APIAddr + "/")
 		if err != nil {
 			return err
@@ -189,11 +195,11 @@ func Start(t testing.TB, o Options) *ControlPlane {
 		return nil
 	})
 	step("api ready")
-	c.waitReady(worker, 90*time.Second, c.workerConsuming)
+	c.waitReady(worker, serviceStartLimit, c.workerConsuming)
 	step("worker consuming")
-	c.waitReady(hm, 60*time.Second, func() error { return udpBound(hm, HealthPort) })
+	c.waitReady(hm, serviceStartLimit, func() error { return udpBound(hm, HealthPort) })
 	step("health manager listening")
-	c.waitReady(hk, 60*time.Second, func() error { return logHas(hk.Log, "Starting house keeping") })
+	c.waitReady(hk, serviceStartLimit, func() error { return logHas(hk.Log, "Starting house keeping") })
 	step("housekeeping running")
 	return c
 }
