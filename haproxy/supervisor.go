@@ -28,7 +28,16 @@ import (
 // under 30 s, well inside the controller's 60 s read timeout.
 // Starting and stopping use procwatch's defaults (12 s, 10 s).
 const (
-	reloadTimeout = 12 * time.Second
+	// DefaultReloadWait is how long a reload waits for the master's new
+	// worker before it is answered anyway (see SupervisorOptions.ReloadWait).
+	DefaultReloadWait = 12 * time.Second
+	// slowReloadLimit is how long a reload answered before its new worker
+	// appeared is still followed: an outcome within it is acted on (a
+	// failure rolled back), none within it is logged.
+	slowReloadLimit = 3 * time.Minute
+	// quietMasterAsks is how many times the settle watch asks a master that
+	// does not answer before it gives up without acting.
+	quietMasterAsks = 3
 	// operationTimeout bounds a whole start or reload including its
 	// rollback: the controller must get its 500 within 30 s.
 	operationTimeout = 28 * time.Second
@@ -71,6 +80,12 @@ type SupervisorOptions struct {
 	// Journal receives each load balancer's HAProxy output (under
 	// systemd); nil keeps it in the output files only.
 	Journal journalfwd.Sink
+	// ReloadWait (DefaultReloadWait when zero) bounds how long a reload
+	// waits for the master's new worker. A master still loading then, and
+	// alive, is not a failure: upstream's reload returns once HAProxy is
+	// signalled, and a slow amphora (a busy hypervisor) can take longer.
+	// The reload is answered and its outcome followed in the background.
+	ReloadWait time.Duration
 }
 
 // Supervisor runs every load balancer's HAProxy in master-worker mode
@@ -104,6 +119,9 @@ func NewSupervisor(o SupervisorOptions) *Supervisor {
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
+	}
+	if o.ReloadWait <= 0 {
+		o.ReloadWait = DefaultReloadWait
 	}
 	return &Supervisor{opts: o, log: o.Log, lbs: map[string]*instance{}, done: make(chan struct{})}
 }
@@ -420,6 +438,15 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 		go in.watchWorker(proc, worker, in.loads, offset)
 		return false, nil
 	}
+	if errors.Is(err, errStillLoading) {
+		// A later change or the master's death ends the follow-up: both
+		// move loads on or replace proc.
+		in.loads++
+		in.log().Warn("HAProxy is still loading the new configuration; answering now and following it",
+			zap.Duration("waited", in.s.opts.ReloadWait))
+		go in.followSlowReload(proc, before, in.loads, offset)
+		return false, nil
+	}
 	output := in.output(offset, err)
 	in.log().Error("reload failed; putting the last good config back", zap.String("output", output))
 	if rerr := in.rollback(ctx, h); rerr != nil {
@@ -457,17 +484,32 @@ func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Proces
 	if err != nil {
 		return 0, fmt.Errorf("master CLI before reload: %w", err)
 	}
+	if err := syscall.Kill(proc.Pid, syscall.SIGUSR2); err != nil {
+		return 0, fmt.Errorf("signalling the master: %w", err)
+	}
+	wait, cancel := context.WithTimeout(ctx, in.s.opts.ReloadWait)
+	defer cancel()
+	worker, err := in.awaitWorker(wait, proc, before, reloadPoll)
+	if err != nil && wait.Err() != nil && ctx.Err() == nil && proc.Alive() {
+		return 0, errStillLoading
+	}
+	return worker, err
+}
+
+// errStillLoading: the master lives but has neither listed a new worker
+// nor reported a failed load within ReloadWait.
+var errStillLoading = errors.New("HAProxy is still loading the new configuration")
+
+// awaitWorker polls the master every poll until it lists a worker it did
+// not list before (its pid returned), reports a failed load, dies, or ctx
+// ends.
+func (in *instance) awaitWorker(ctx context.Context, proc *procwatch.Process, before stats.Proc, poll time.Duration) (int, error) {
 	sock := in.s.layout().MasterSocketPath(in.lb)
 	old := map[int]bool{}
 	for _, w := range before.Workers {
 		old[w] = true
 	}
-	if err := syscall.Kill(proc.Pid, syscall.SIGUSR2); err != nil {
-		return 0, fmt.Errorf("signalling the master: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
-	defer cancel()
-	tick := time.NewTicker(reloadPoll)
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
 		if !proc.Alive() {
@@ -485,10 +527,79 @@ func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Proces
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("no new HAProxy worker within %v", reloadTimeout)
+			return 0, fmt.Errorf("no new HAProxy worker: %w", ctx.Err())
 		case <-proc.Exited:
 		case <-tick.C:
 		}
+	}
+}
+
+// followSlowReload waits, after the reload was answered, for the outcome
+// of a load that outlasted ReloadWait: a new worker is watched as after
+// any reload, a failed load is rolled back, and a master that never
+// finishes is logged and left alone (it still serves with its old
+// workers). Nothing is done once a later change (gen) or another master
+// took over.
+func (in *instance) followSlowReload(proc *procwatch.Process, before stats.Proc, gen uint64, offset int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), slowReloadLimit)
+	defer cancel()
+	go func() {
+		select {
+		case <-in.s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	start := time.Now()
+	worker, err := in.awaitWorker(ctx, proc, before, 100*time.Millisecond)
+	if !proc.Alive() || in.closed() {
+		return
+	}
+	in.d.With(func(h *procwatch.Held) error {
+		if in.loads != gen || h.Proc() != proc {
+			return nil
+		}
+		switch {
+		case err == nil:
+			in.log().Info("HAProxy finished loading the new configuration",
+				zap.Int("worker", worker), zap.Duration("after", in.s.opts.ReloadWait+time.Since(start)))
+			in.loaded(h)
+			go in.watchWorker(proc, worker, in.loads, offset)
+		case ctx.Err() != nil:
+			in.log().Error("HAProxy did not finish loading the new configuration; leaving it as it is",
+				zap.Duration("followed", in.s.opts.ReloadWait+slowReloadLimit), zap.String("output", in.d.Output(offset)))
+		default:
+			in.log().Error("reload failed after it was answered; putting the last good config back",
+				zap.Error(err), zap.String("output", in.d.Output(offset)))
+			rctx, rcancel := context.WithTimeout(context.Background(), operationTimeout)
+			defer rcancel()
+			if rerr := in.rollback(rctx, h); rerr != nil {
+				in.log().Error("rollback failed", zap.Error(rerr))
+			}
+		}
+		return nil
+	})
+}
+
+// waitSettle waits for settle; false when proc exited or the supervisor
+// closed meanwhile.
+func (in *instance) waitSettle(proc *procwatch.Process) bool {
+	select {
+	case <-proc.Exited:
+		return false
+	case <-in.s.done:
+		return false
+	case <-in.s.opts.After(settle):
+		return true
+	}
+}
+
+func (in *instance) closed() bool {
+	select {
+	case <-in.s.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -496,13 +607,6 @@ func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Proces
 // within settle while its master lives on and no later config was loaded,
 // the last good config is put back. A master that dies is OnDeath's.
 func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64, offset int64) {
-	select {
-	case <-proc.Exited:
-		return
-	case <-in.s.done:
-		return
-	case <-in.s.opts.After(settle):
-	}
 	sock := in.s.layout().MasterSocketPath(in.lb)
 	listed := func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), stateTimeout)
@@ -510,21 +614,34 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 		now, err := stats.ShowProc(ctx, sock)
 		return err == nil && slices.Contains(now.Workers, worker), err
 	}
-	if ok, _ := listed(); ok {
-		return
+	// Only the master's own word that the worker is gone counts: a master
+	// too busy to answer (a loaded hypervisor) is asked again, and never
+	// answering is no reason to replace a config that may be serving.
+	for ask := 1; ; ask++ {
+		if !in.waitSettle(proc) {
+			return
+		}
+		ok, err := listed()
+		if ok {
+			return
+		}
+		if err == nil {
+			break
+		}
+		if ask == quietMasterAsks {
+			in.log().Warn("HAProxy's master did not answer after the reload; the new worker is not checked",
+				zap.Int("worker", worker), zap.Error(err))
+			return
+		}
 	}
 	in.d.With(func(h *procwatch.Held) error {
 		if in.loads != gen || h.Proc() != proc || !proc.Alive() {
 			return nil
 		}
-		ok, err := listed()
-		if ok {
+		if ok, err := listed(); ok || err != nil {
 			return nil
 		}
 		reason := fmt.Sprintf("the new HAProxy worker %d exited right after start", worker)
-		if err != nil {
-			reason = fmt.Sprintf("master CLI after reload: %v", err)
-		}
 		in.log().Error("new configuration failed right after it was loaded; putting the last good config back",
 			zap.String("reason", reason), zap.String("output", in.d.Output(offset)))
 		ctx, cancel := context.WithTimeout(context.Background(), operationTimeout)
@@ -615,7 +732,8 @@ func (in *instance) rollback(ctx context.Context, h *procwatch.Held) error {
 	// The config going back in has already proven itself.
 	in.unconfirmed = false
 	if proc := h.Proc(); proc != nil {
-		if _, err := in.signalReload(ctx, proc); err == nil {
+		// A master still loading the last good config is on its way to it.
+		if _, err := in.signalReload(ctx, proc); err == nil || errors.Is(err, errStillLoading) {
 			return nil
 		}
 		h.Kill()

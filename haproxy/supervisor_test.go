@@ -81,6 +81,18 @@ func realStore(t *testing.T, bin, dir string) *Store {
 	return st
 }
 
+// unbindable is testConfig that passes the check but cannot bind: its
+// second address is held by the test until it ends.
+func unbindable(t *testing.T, st *Store, port int, body string) []byte {
+	t.Helper()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	return append(testConfig(st, port, body), "    bind "+held.Addr().String()+"\n"...)
+}
+
 func testConfig(st *Store, port int, body string) []byte {
 	return []byte(fmt.Sprintf(`global
     maxconn 100
@@ -405,14 +417,7 @@ func TestSupervisorFailedReloadWaitsForTheLastGoodWrite(t *testing.T) {
 	t.Cleanup(func() { lastGoodJoining, lastGoodWriting = func() {}, func() {} })
 	ctx := context.Background()
 	startGen1(t, sup, st, port)
-	// gen2 passes the check but cannot bind: its port is taken.
-	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	gen2 := string(testConfig(st, port, "gen2")) + "    bind " + held.Addr().String() + "\n"
-	if err := st.Upload(ctx, "AMP1", "lb1", []byte(gen2)); err != nil {
+	if err := st.Upload(ctx, "AMP1", "lb1", unbindable(t, st, port, "gen2")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sup.Reload(ctx, "lb1"); err == nil {
