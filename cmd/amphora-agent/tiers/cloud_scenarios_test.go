@@ -241,7 +241,7 @@ func slowMember(name string) http.Handler {
 // VIP: an HTTP health monitor (members ONLINE, one stopped → ERROR, back
 // → ONLINE), updates (member weight and admin state, the pool's
 // algorithm, L7 policies, the listener's connection limit and member
-// timeout), UDP and SCTP listeners with their monitors, a PING monitor,
+// timeout), a TERMINATED_HTTPS listener with SNI, UDP and SCTP listeners with their monitors, a PING monitor,
 // single deletes, and the cascade delete leaving nothing in the database.
 func TestCloudScenarios(t *testing.T) {
 	deb := os.Getenv("AMPHORA_AGENT_DEB")
@@ -283,6 +283,7 @@ func TestCloudScenarios(t *testing.T) {
 	t.Run("PoolAlgorithm", func(t *testing.T) { s.poolAlgorithm(t, pool) })
 	t.Run("L7Policies", func(t *testing.T) { s.l7Policies(t) })
 	t.Run("ListenerLimits", func(t *testing.T) { s.listenerLimits(t) })
+	t.Run("TerminatedHTTPS", func(t *testing.T) { s.terminatedHTTPS(t, pool) })
 	t.Run("UDP", func(t *testing.T) {
 		s.lvsListener(t, "UDP", sceneUDP, "UDP-CONNECT", s.udpAsk)
 	})
