@@ -63,13 +63,61 @@ func (s *scene) rest(t *testing.T, method, path string, body, out any) {
 
 // change makes one API change and waits until the load balancer is
 // ACTIVE again (the worker's flow done, the amphora configured), logging
-// how long that took.
+// how long that took. A flow that failed and was reverted also leaves the
+// load balancer ACTIVE (the changed object in ERROR): the worker's log
+// tells, and an answer of the agent it did not expect fails the test.
 func (s *scene) change(t *testing.T, what string, do func()) {
 	t.Helper()
+	worker := s.serviceLog("octavia-worker")
+	before := fileSize(worker)
 	start := time.Now()
 	do()
 	waitLB(t, s.cp, s.lb.ID, "ACTIVE", 5*time.Minute)
 	t.Logf("%s → ACTIVE in %.1fs", what, time.Since(start).Seconds())
+	if failed := flowFailures(worker, before); failed != "" {
+		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
+	}
+}
+
+// serviceLog is the log file of the control plane's service name.
+func (s *scene) serviceLog(name string) string {
+	for _, svc := range s.cp.Services {
+		if svc.Name == name {
+			return svc.Log
+		}
+	}
+	return ""
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// flowFailures returns the lines of the worker's log after offset that
+// show an amphora call failing a flow: the agent's unexpected answers and
+// the tasks that failed on them. The compute and connectivity waits'
+// failures are Octavia's retries while a VM boots, not faults.
+func flowFailures(log string, offset int64) string {
+	data, err := os.ReadFile(log)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	var out []string
+	for _, line := range strings.Split(string(data[offset:]), "\n") {
+		failedTask := strings.Contains(line, "transitioned into state 'FAILURE'") &&
+			!strings.Contains(line, "compute-wait") && !strings.Contains(line, "connectivity-wait")
+		if failedTask || strings.Contains(line, "Amphora agent returned unexpected result code") {
+			if len(line) > 1500 {
+				line = line[:1500] + "…"
+			}
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // addMember adds a member on the member subnet through REST (the CLI's
