@@ -4,11 +4,14 @@ package tiers_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,13 +63,61 @@ func (s *scene) rest(t *testing.T, method, path string, body, out any) {
 
 // change makes one API change and waits until the load balancer is
 // ACTIVE again (the worker's flow done, the amphora configured), logging
-// how long that took.
+// how long that took. A flow that failed and was reverted also leaves the
+// load balancer ACTIVE (the changed object in ERROR): the worker's log
+// tells, and an answer of the agent it did not expect fails the test.
 func (s *scene) change(t *testing.T, what string, do func()) {
 	t.Helper()
+	worker := s.serviceLog("octavia-worker")
+	before := fileSize(worker)
 	start := time.Now()
 	do()
 	waitLB(t, s.cp, s.lb.ID, "ACTIVE", 5*time.Minute)
 	t.Logf("%s → ACTIVE in %.1fs", what, time.Since(start).Seconds())
+	if failed := flowFailures(worker, before); failed != "" {
+		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
+	}
+}
+
+// serviceLog is the log file of the control plane's service name.
+func (s *scene) serviceLog(name string) string {
+	for _, svc := range s.cp.Services {
+		if svc.Name == name {
+			return svc.Log
+		}
+	}
+	return ""
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// flowFailures returns the lines of the worker's log after offset that
+// show an amphora call failing a flow: the agent's unexpected answers and
+// the tasks that failed on them. The compute and connectivity waits'
+// failures are Octavia's retries while a VM boots, not faults.
+func flowFailures(log string, offset int64) string {
+	data, err := os.ReadFile(log)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	var out []string
+	for _, line := range strings.Split(string(data[offset:]), "\n") {
+		failedTask := strings.Contains(line, "transitioned into state 'FAILURE'") &&
+			!strings.Contains(line, "compute-wait") && !strings.Contains(line, "connectivity-wait")
+		if failedTask || strings.Contains(line, "Amphora agent returned unexpected result code") {
+			if len(line) > 1500 {
+				line = line[:1500] + "…"
+			}
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // addMember adds a member on the member subnet through REST (the CLI's
@@ -238,7 +289,7 @@ func slowMember(name string) http.Handler {
 // VIP: an HTTP health monitor (members ONLINE, one stopped → ERROR, back
 // → ONLINE), updates (member weight and admin state, the pool's
 // algorithm, L7 policies, the listener's connection limit and member
-// timeout), UDP and SCTP listeners with their monitors, a PING monitor,
+// timeout), a TERMINATED_HTTPS listener with SNI, UDP and SCTP listeners with their monitors, a PING monitor,
 // single deletes, and the cascade delete leaving nothing in the database.
 func TestCloudScenarios(t *testing.T) {
 	deb := os.Getenv("AMPHORA_AGENT_DEB")
@@ -253,21 +304,8 @@ func TestCloudScenarios(t *testing.T) {
 	created := time.Now()
 	s := &scene{cp: cp, client: cp.NS.HTTPClient(false), http: map[string]*topo.Server{}, names: map[string]string{}}
 	s.lb = waitLB(t, cp, createLB(t, cp, "lb-scenes"), "ACTIVE", 20*time.Minute)
-	t.Logf("create → ACTIVE in %.1fs (%s)", time.Since(created).Seconds(), vm.Accel(img))
 	s.names[s.lb.ID] = "lb"
-	// The config drive describes the management port as Nova would.
-	if servers := cp.Fabric.Servers(); len(servers) == 1 {
-		mac := servers[0].Ports[0].MACAddress
-		for _, v := range cp.VMs() {
-			nd := v.MustExec(`d=$(mktemp -d) && mount -o ro /dev/disk/by-label/config-2 "$d" && ` +
-				`cat "$d/openstack/latest/network_data.json"; umount "$d"; rmdir "$d"`)
-			if !strings.Contains(nd, `"ethernet_mac_address":"`+mac+`"`) || !strings.Contains(nd, `"type":"ipv4_dhcp"`) {
-				t.Errorf("network_data.json on the config drive does not describe the management port %s by DHCP: %s", mac, nd)
-			}
-		}
-	} else {
-		t.Errorf("%d servers after the create, want 1", len(servers))
-	}
+	s.checkCreate(t, time.Since(created), vm.Accel(img))
 
 	for i, addr := range []string{sceneMember1, sceneMember2, sceneMember3} {
 		name := fmt.Sprintf("member-%d", i+1)
@@ -293,6 +331,7 @@ func TestCloudScenarios(t *testing.T) {
 	t.Run("PoolAlgorithm", func(t *testing.T) { s.poolAlgorithm(t, pool) })
 	t.Run("L7Policies", func(t *testing.T) { s.l7Policies(t) })
 	t.Run("ListenerLimits", func(t *testing.T) { s.listenerLimits(t) })
+	t.Run("TerminatedHTTPS", func(t *testing.T) { s.terminatedHTTPS(t, pool) })
 	t.Run("UDP", func(t *testing.T) {
 		s.lvsListener(t, "UDP", sceneUDP, "UDP-CONNECT", s.udpAsk)
 	})
@@ -305,6 +344,84 @@ func TestCloudScenarios(t *testing.T) {
 	t.Run("Deletes", func(t *testing.T) { s.deletes(t, pool, members) })
 	t.Run("Unplug", func(t *testing.T) { s.unplug(t, pool, members) })
 	t.Run("CascadeDelete", func(t *testing.T) { s.cascadeDelete(t) })
+}
+
+// checkCreate: the create left one server whose VM holds the VIP, whose
+// config drive carries what Nova would write (network_data.json for the
+// management port, Octavia's user data, which cloud-init ran), and whose
+// agent answered the worker's requests; it logs the time to ACTIVE and
+// the agent's share of it (from its journal: first request to last
+// answer; the rest is the VM booting).
+func (s *scene) checkCreate(t *testing.T, took time.Duration, accel string) {
+	if s.lb.OperatingStatus != "ONLINE" {
+		t.Errorf("operating status %s after the create, want ONLINE (the health manager's view of the heartbeats)", s.lb.OperatingStatus)
+	}
+	servers, vms := s.cp.Fabric.Servers(), s.cp.VMs()
+	if len(servers) != 1 || len(vms) != 1 {
+		t.Fatalf("%d servers and %d VMs after the create, want 1", len(servers), len(vms))
+	}
+	server, v := servers[0], vms[servers[0].ID]
+	if v == nil {
+		t.Fatalf("server %s has no VM", server.ID)
+	}
+	share := cloud.AgentRequests(v.MustExec(cloud.AgentJournal))
+	t.Logf("create → ACTIVE in %.1fs (%s); the agent's share: %d requests, first to last answer %.1fs",
+		took.Seconds(), accel, share.Requests, share.Span().Seconds())
+	if share.Requests == 0 {
+		t.Errorf("no request records in the agent's journal: its share of the create cannot be computed:\n%s",
+			v.MustExec("journalctl -b -u amphora-agent.service --no-pager | tail -n 20"))
+	}
+	v.MustExec("ip netns exec amphora-haproxy ip -4 addr show | grep -q 'inet " + s.lb.VIPAddress + "/'")
+
+	mac := server.Ports[0].MACAddress
+	nd := v.MustExec(`d=$(mktemp -d) && mount -o ro /dev/disk/by-label/config-2 "$d" && ` +
+		`cat "$d/openstack/latest/network_data.json"; umount "$d"; rmdir "$d"`)
+	if !strings.Contains(nd, `"ethernet_mac_address":"`+mac+`"`) || !strings.Contains(nd, `"type":"ipv4_dhcp"`) {
+		t.Errorf("network_data.json on the config drive does not describe the management port %s by DHCP: %s", mac, nd)
+	}
+	checkUserData(t, v, server.UserData)
+}
+
+// checkUserData: Octavia's user data (ComputeCreate's cloud-config:
+// runcmd restarts rsyslog, which then reads the controller's
+// 10-rsyslog.conf) reached the VM as Nova would pass it, and cloud-init
+// ran it: its copy holds the same bytes, it finished without errors, and
+// rsyslog was started again while cloud-init's last stage ran the runcmd.
+func checkUserData(t *testing.T, v *vm.VM, userData string) {
+	t.Helper()
+	if !strings.HasPrefix(userData, "#cloud-config") || !strings.Contains(userData, "systemctl restart rsyslog") {
+		t.Fatalf("the worker's user data is not Octavia's cloud-config: %q", userData)
+	}
+	sum := sha256.Sum256([]byte(userData))
+	if got, _, _ := strings.Cut(v.MustExec("sha256sum /var/lib/cloud/instance/user-data.txt"), " "); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("cloud-init's user data differs from the worker's (user_data dropped?):\n%s\nwant:\n%s",
+			v.MustExec("cat /var/lib/cloud/instance/user-data.txt"), userData)
+	}
+	// The agent answers before cloud-init's last stage is done.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	_, status, err := v.Exec(ctx, "timeout 150 cloud-init status --wait --long")
+	cancel()
+	if err != nil || !strings.Contains(status, "status: done") {
+		t.Errorf("cloud-init did not finish cleanly: %v\n%s", err, status)
+	}
+	if script := v.MustExec("cat /var/lib/cloud/instance/scripts/runcmd 2>&1 || true"); !strings.Contains(script, "systemctl restart rsyslog") {
+		t.Errorf("cloud-init's runcmd script lacks the user data's commands:\n%s", script)
+	}
+	show := func(unit, prop string) float64 {
+		t.Helper()
+		out := strings.TrimSpace(v.MustExec("systemctl show -p " + prop + " --value " + unit))
+		n, err := strconv.ParseFloat(out, 64)
+		if err != nil {
+			t.Fatalf("%s %s: %q", unit, prop, out)
+		}
+		return n / 1e6
+	}
+	final, rsyslog := show("cloud-final.service", "ExecMainStartTimestampMonotonic"), show("rsyslog.service", "ExecMainStartTimestampMonotonic")
+	if rsyslog < final {
+		t.Errorf("rsyslog last started at %.1fs, before cloud-final (%.1fs): the user data's runcmd did not run", rsyslog, final)
+	}
+	t.Logf("user data (%d bytes) run by cloud-init: cloud-final at %.1fs, rsyslog restarted at %.1fs; %s",
+		len(userData), final, rsyslog, strings.Join(strings.Fields(status), " "))
 }
 
 // httpMonitor: an HTTP listener, a pool, an HTTP health monitor and two
@@ -493,6 +610,7 @@ func (s *scene) pingMonitor(t *testing.T) {
 // prometheus: a PROMETHEUS listener → ACTIVE, and a scrape through the
 // VIP answers with the load balancer's and listeners' metrics.
 func (s *scene) prometheus(t *testing.T) {
+	defer s.logVMState(t)
 	s.change(t, "listener PROMETHEUS:9100", func() {
 		s.cli(t, "loadbalancer", "listener", "create", "--name", "l-prom", "--protocol", "PROMETHEUS",
 			"--protocol-port", "9100", s.lb.ID)
@@ -514,6 +632,22 @@ func (s *scene) prometheus(t *testing.T) {
 		}
 	}
 	t.Logf("a scrape through the VIP: %d bytes, %d lines", len(body), strings.Count(body, "\n"))
+}
+
+// logVMState logs, when the scenario failed, what the amphora runs: the
+// agent's last journal lines, the sockets open in the load balancer's
+// namespace, and the HAProxy and keepalived processes.
+func (s *scene) logVMState(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	for _, v := range s.cp.VMs() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, out, err := v.Exec(ctx, "journalctl -b -u amphora-agent.service --no-pager | tail -n 80; "+
+			"ip netns exec amphora-haproxy ss -lntup; ps -eo pid,etimes,args | grep -E '[h]aproxy|[k]eepalived'")
+		cancel()
+		t.Logf("amphora %s at the failure (%v):\n%s", v.Name, err, out)
+	}
 }
 
 // logTransitions prints the operating status changes the health manager

@@ -56,8 +56,15 @@ func (h *vmHypervisor) Boot(s *Server) error {
 	if err := h.c.bridgePort(tap, "br-mgmt"); err != nil {
 		return err
 	}
+	// Nova writes openstack/latest/user_data only when the create call
+	// carried user data (Octavia's ComputeCreate always sends a
+	// cloud-config).
+	var userData []byte
+	if s.UserData != "" {
+		userData = []byte(s.UserData)
+	}
 	v, err := startOffTest(h.c.t, func(t testing.TB) *vm.VM {
-		return vm.Start(t, h.opts.Image, vm.Options{Name: s.Name, Package: h.opts.Package, Files: s.Files,
+		return vm.Start(t, h.opts.Image, vm.Options{Name: s.Name, Package: h.opts.Package, Files: s.Files, UserData: userData,
 			InstanceID: s.ID, NetworkData: s.NetworkData, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
 	})
 	if err != nil {
