@@ -13,6 +13,9 @@
 # Usage: build.sh [cache-dir]   (default /var/tmp/amphora-agent-image)
 # Prints the folder holding base.qcow2, vmlinuz and initrd.img. The folder
 # is named after a hash of this script: same inputs, same image, no build.
+# AMPHORA_IMAGE_VARIANT=upstream-agent builds, for the cloud tier only, an
+# image with Debian's octavia-agent (Octavia's Python agent) in place of
+# the package under test (variants/upstream-agent).
 # No loop device or mount: the root file system is made from a folder
 # (mkfs.ext4 -d) and put into the disk at its partition's offset.
 set -euo pipefail
@@ -22,8 +25,15 @@ cache=${1:-${AMPHORA_IMAGE_CACHE:-/var/tmp/amphora-agent-image}}
 suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping,netcat-openbsd,rsyslog,logrotate,grub-pc-bin,cloud-init,cloud-guest-utils,systemd-timesyncd,tzdata,openssh-server
-key=$(cat "$0" "$here"/files/* | sha256sum | cut -c1-16)
-out=$cache/$key
+variant=${AMPHORA_IMAGE_VARIANT:-}
+hooks=()
+case "$variant" in
+"") ;;
+upstream-agent) hooks=(--customize-hook="$here/variants/$variant/customize.sh \"\$1\"") ;;
+*) echo "build.sh: unknown AMPHORA_IMAGE_VARIANT $variant" >&2; exit 1 ;;
+esac
+key=$(cat "$0" "$here"/files/* ${variant:+"$here/variants/$variant"/*} | sha256sum | cut -c1-16)
+out=$cache/${variant:+$variant-}$key
 if [ -f "$out/base.qcow2" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
 	echo "$out"
 	exit 0
@@ -41,7 +51,7 @@ start=$(date +%s)
 # Documentation, manuals and locales are not needed on an amphora.
 mmdebstrap --variant=minbase --components=main --include="$packages" \
 	--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
-	--dpkgopt='path-exclude=/usr/share/locale/*' \
+	--dpkgopt='path-exclude=/usr/share/locale/*' "${hooks[@]}" \
 	"$suite" "$root" "deb $mirror $suite main" "deb $mirror-security $suite-security main" \
 	>"$work/mmdebstrap.log" 2>&1 || { tail -30 "$work/mmdebstrap.log" >&2; exit 1; }
 
@@ -88,10 +98,13 @@ cp "$here/files/55-octavia-socket.conf" "$root/etc/rsyslog.d/"
 
 # Listener certificates live in RAM (upstream's certs-ramfs element): the
 # package's var-lib-octavia-certs.mount, which the agent's unit requires.
-cp "$here/files/amphora-test-package.service" "$root/etc/systemd/system/"
-install -m 0755 "$here/files/amphora-test-package" "$root/usr/local/sbin/amphora-test-package"
-
-chroot "$root" systemctl enable systemd-networkd systemd-timesyncd amphora-test-package.service >/dev/null 2>&1
+# A variant carries its own agent.
+chroot "$root" systemctl enable systemd-networkd systemd-timesyncd >/dev/null 2>&1
+if [ -z "$variant" ]; then
+	cp "$here/files/amphora-test-package.service" "$root/etc/systemd/system/"
+	install -m 0755 "$here/files/amphora-test-package" "$root/usr/local/sbin/amphora-test-package"
+	chroot "$root" systemctl enable amphora-test-package.service >/dev/null 2>&1
+fi
 chroot "$root" systemctl disable haproxy.service keepalived.service >/dev/null 2>&1
 chroot "$root" systemctl mask haproxy.service keepalived.service >/dev/null 2>&1
 # e2scrub checks ext4 file systems on LVM, which the amphora has none of;
@@ -137,7 +150,7 @@ rm -f "$work/root.img" "$work/disk.img"
 
 took=$(( $(date +%s) - start ))
 size=$(du -h "$work/base.qcow2" | cut -f1)
-echo "amphora base image: $size (base.qcow2), built in ${took}s" >"$work/build-info.txt"
+echo "amphora ${variant:-base} image: $size (base.qcow2), built in ${took}s" >"$work/build-info.txt"
 cat "$work/build-info.txt" >&2
 rm -rf "$out"
 mv "$work" "$out"

@@ -24,6 +24,18 @@ type AmphoraVMs struct {
 	// Package is the agent's .deb, installed at each VM's first boot.
 	Package  string
 	MemoryMB int
+	// Variants maps an image tag (an Octavia flavor's amp_image_tag) to
+	// an image that carries its own agent, as Glance would find one by
+	// its tag; servers built with any other tag boot Image with Package.
+	Variants map[string]vm.Image
+}
+
+// image is what Nova would boot for the server's image tag.
+func (o AmphoraVMs) image(tag string) (vm.Image, string) {
+	if img, ok := o.Variants[tag]; ok {
+		return img, ""
+	}
+	return o.Image, o.Package
 }
 
 // vmHypervisor boots each server as an amphora VM (internal/vm): the
@@ -63,8 +75,9 @@ func (h *vmHypervisor) Boot(s *Server) error {
 	if s.UserData != "" {
 		userData = []byte(s.UserData)
 	}
+	img, pkg := h.opts.image(s.ImageTag)
 	v, err := startOffTest(h.c.t, func(t testing.TB) *vm.VM {
-		return vm.Start(t, h.opts.Image, vm.Options{Name: s.Name, Package: h.opts.Package, Files: s.Files, UserData: userData,
+		return vm.Start(t, img, vm.Options{Name: s.Name, Package: pkg, Files: s.Files, UserData: userData,
 			InstanceID: s.ID, NetworkData: s.NetworkData, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
 	})
 	if err != nil {

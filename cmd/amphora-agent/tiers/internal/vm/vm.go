@@ -38,38 +38,59 @@ type Image struct {
 	Info   string // size and build time
 }
 
+type builtImage struct {
+	once sync.Once
+	img  Image
+	err  error
+}
+
 var (
-	imageOnce sync.Once
-	image     Image
-	imageErr  error
+	imagesMu sync.Mutex
+	images   = map[string]*builtImage{}
 )
 
 // BuildImage builds the base image once per test process (the script
 // itself caches it by its inputs across runs).
 func BuildImage(t testing.TB) Image {
 	t.Helper()
-	imageOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "..", "packaging", "image", "build.sh")
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, script)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			imageErr = fmt.Errorf("building the image: %v\n%s", err, stderr.String())
-			return
-		}
-		dir := strings.TrimSpace(string(out))
-		info, _ := os.ReadFile(filepath.Join(dir, "build-info.txt"))
-		image = Image{Dir: dir, Base: filepath.Join(dir, "base.qcow2"), Kernel: filepath.Join(dir, "vmlinuz"),
-			Initrd: filepath.Join(dir, "initrd.img"), Info: strings.TrimSpace(string(info))}
-	})
-	if imageErr != nil {
-		t.Fatal(imageErr)
+	return BuildImageVariant(t, "")
+}
+
+// BuildImageVariant builds the image variant of build.sh
+// (AMPHORA_IMAGE_VARIANT; "" is the base image), once per test process.
+func BuildImageVariant(t testing.TB, variant string) Image {
+	t.Helper()
+	imagesMu.Lock()
+	b := images[variant]
+	if b == nil {
+		b = &builtImage{}
+		images[variant] = b
 	}
-	return image
+	imagesMu.Unlock()
+	b.once.Do(func() { b.img, b.err = buildImage(variant) })
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.img
+}
+
+func buildImage(variant string) (Image, error) {
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "packaging", "image", "build.sh")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script)
+	cmd.Env = append(os.Environ(), "AMPHORA_IMAGE_VARIANT="+variant)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return Image{}, fmt.Errorf("building the image %q: %v\n%s", variant, err, stderr.String())
+	}
+	dir := strings.TrimSpace(string(out))
+	info, _ := os.ReadFile(filepath.Join(dir, "build-info.txt"))
+	return Image{Dir: dir, Base: filepath.Join(dir, "base.qcow2"), Kernel: filepath.Join(dir, "vmlinuz"),
+		Initrd: filepath.Join(dir, "initrd.img"), Info: strings.TrimSpace(string(info))}, nil
 }
 
 var (
