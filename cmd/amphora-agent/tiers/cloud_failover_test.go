@@ -154,7 +154,8 @@ func replaced(old, now []apiAmphora) []apiAmphora {
 }
 
 // TestCloudFailoverNoop runs Octavia's failover flows against the fabric
-// with the no-op amphora driver (no VM): an ACTIVE_STANDBY load balancer
+// with the no-op amphora driver (no VM), after the plumbing check
+// (checkPlumbing: the CLI, a create and a delete): an ACTIVE_STANDBY load balancer
 // (a flavor asks for the topology; anti-affinity on) with an amphora
 // failover and a load balancer failover from the CLI, then the health
 // manager's own failover of an amphora whose heartbeat row went stale;
@@ -166,7 +167,8 @@ func TestCloudFailoverNoop(t *testing.T) {
 	cp := cloud.Start(t, cloud.Options{AmphoraDriver: "amphora_noop_driver", Extra: fmt.Sprintf(
 		"[nova]\nenable_anti_affinity = True\n\n[health_manager]\nheartbeat_timeout = %d\n",
 		int(failoverHeartbeatTimeout.Seconds()))})
-	t.Logf("control plane up in %.1fs", time.Since(begin).Seconds())
+	t.Logf("control plane up in %.1fs: %s", time.Since(begin).Seconds(), strings.Join(cp.Timings, ", "))
+	t.Run("Plumbing", func(t *testing.T) { checkPlumbing(t, cp) })
 	s := &scene{cp: cp}
 
 	profile := s.cli(t, "loadbalancer", "flavorprofile", "create", "--name", "fp-active-standby", "--provider", "amphora",
