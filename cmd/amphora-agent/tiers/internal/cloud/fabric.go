@@ -24,6 +24,7 @@ type Fabric struct {
 	ports      map[string]*Port
 	servers    map[string]*Server
 	groups     map[string]string // server group id → name
+	images     map[string]string // image tag → the id Glance would give it
 	hypervisor Hypervisor
 	calls      []string
 }
@@ -116,12 +117,15 @@ type Port struct {
 
 // Server is a Nova server.
 type Server struct {
-	ID               string
-	Name             string
-	Status           string // BUILD, ACTIVE, ERROR, DELETED
-	Fault            string
-	Flavor           string
-	ImageTag         string
+	ID       string
+	Name     string
+	Status   string // BUILD, ACTIVE, ERROR, DELETED
+	Fault    string
+	Flavor   string
+	ImageTag string
+	// ImageID is the UUID of the image the tag names (Octavia's amphora
+	// API refuses anything else in its image_id).
+	ImageID          string
 	ServerGroupID    string
 	AvailabilityZone string
 	UserData         string
@@ -137,7 +141,7 @@ type Server struct {
 // NewFabric makes an empty cloud whose servers boot on h.
 func NewFabric(h Hypervisor) *Fabric {
 	return &Fabric{networks: map[string]*Network{}, subnets: map[string]*Subnet{}, ports: map[string]*Port{},
-		servers: map[string]*Server{}, groups: map[string]string{}, hypervisor: h}
+		servers: map[string]*Server{}, groups: map[string]string{}, images: map[string]string{}, hypervisor: h}
 }
 
 // errNotFound marks a lookup of something the model does not hold; the
@@ -297,6 +301,15 @@ func (f *Fabric) record(method string) {
 	f.mu.Unlock()
 }
 
+// imageID is the id of the one image with this tag, as Glance would
+// resolve it (the caller holds f.mu).
+func (f *Fabric) imageID(tag string) string {
+	if f.images[tag] == "" {
+		f.images[tag] = newUUID()
+	}
+	return f.images[tag]
+}
+
 // Calls lists the driver calls so far, in order ("compute/build", ...).
 func (f *Fabric) Calls() []string {
 	f.mu.Lock()
@@ -315,6 +328,19 @@ func (f *Fabric) Servers() []Server {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Ports lists copies of the ports that exist.
+func (f *Fabric) Ports() []Port {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Port, 0, len(f.ports))
+	for _, p := range f.ports {
+		q := *p
+		q.FixedIPs = append([]FixedIP(nil), p.FixedIPs...)
+		out = append(out, q)
+	}
 	return out
 }
 

@@ -176,6 +176,7 @@ func (f *Fabric) build(a buildArgs) (any, error) {
 		s.Files[path] = data
 	}
 	f.mu.Lock()
+	s.ImageID = f.imageID(a.ImageTag)
 	// Nova makes a port on each network and takes the ports it is given,
 	// in this order; the first is the management port.
 	for _, id := range a.NetworkIDs {
@@ -268,7 +269,7 @@ func (f *Fabric) getAmphora(a getAmphoraCall) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	answer := map[string]any{"id": s.ID, "status": s.Status, "flavor": s.Flavor, "image_id": s.ImageTag,
+	answer := map[string]any{"id": s.ID, "status": s.Status, "flavor": s.Flavor, "image_id": s.ImageID,
 		"availability_zone": s.AvailabilityZone}
 	if s.Fault != "" {
 		answer["fault"] = map[string]string{"message": s.Fault}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 	}
 
 	var built map[string]string
-	call(t, c, "compute/build", map[string]any{"name": "amphora-1", "network_ids": []string{mgmt.ID},
+	call(t, c, "compute/build", map[string]any{"name": "amphora-1", "network_ids": []string{mgmt.ID}, "image_tag": "amphora",
 		"config_drive_files": map[string]string{"/etc/octavia/amphora-agent.conf": "W0RFRkFVTFRd"}}, &built)
 	var amp map[string]any
 	deadline := time.Now().Add(5 * time.Second)
@@ -84,6 +85,11 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 	}
 	if amp["status"] != "ACTIVE" || amp["lb_network_ip"] != "198.51.100.10" {
 		t.Fatalf("get_amphora = %v", amp)
+	}
+	// Nova reports the image by its UUID, which Octavia's amphora API
+	// insists on (a tag there makes GET /v2/octavia/amphorae a 400).
+	if id, _ := amp["image_id"].(string); !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(id) {
+		t.Errorf("get_amphora image_id %q, want a UUID", id)
 	}
 	if s := f.Servers(); len(s) != 1 || string(s[0].Files["/etc/octavia/amphora-agent.conf"]) != "[DEFAULT]" {
 		t.Fatalf("servers = %+v", s)
