@@ -43,8 +43,8 @@ type secondLB struct {
 	both   int           // of them, polls seeing the first load balancer PENDING_UPDATE
 }
 
-// amphora is what Octavia's amphora API says of one amphora.
-type amphora struct {
+// apiAmphora is what Octavia's amphora API says of one amphora.
+type apiAmphora struct {
 	ID          string `json:"id"`
 	ComputeID   string `json:"compute_id"`
 	LBNetworkIP string `json:"lb_network_ip"`
@@ -54,10 +54,10 @@ type amphora struct {
 }
 
 // amphorae lists the load balancer's amphorae from Octavia's admin API.
-func (s *scene) amphorae(t *testing.T) []amphora {
+func (s *scene) amphorae(t *testing.T) []apiAmphora {
 	t.Helper()
 	var got struct {
-		Amphorae []amphora `json:"amphorae"`
+		Amphorae []apiAmphora `json:"amphorae"`
 	}
 	s.rest(t, "GET", "/v2/octavia/amphorae?loadbalancer_id="+s.lb.ID, nil, &got)
 	return got.Amphorae
@@ -226,7 +226,7 @@ func (b *secondLB) removeAfterFailure(t *testing.T) {
 // checkAddresses: the VIP and the amphora's VRRP address are on the IPv6
 // VIP subnet, its management address is IPv4, and the amphora's
 // namespace holds both IPv6 addresses. Returns the amphora.
-func (b *secondLB) checkAddresses(t *testing.T) amphora {
+func (b *secondLB) checkAddresses(t *testing.T) apiAmphora {
 	s := b.s
 	vip6 := netip.MustParsePrefix(cloud.VIP6CIDR)
 	in := func(addr string) bool {
@@ -280,7 +280,7 @@ func (b *secondLB) vmAddrs(t *testing.T, v *vm.VM) string {
 
 // checkMemberNIC: the member network was plugged with one port holding
 // one address of the IPv6 member subnet, configured in the amphora.
-func (b *secondLB) checkMemberNIC(t *testing.T, amp amphora) {
+func (b *secondLB) checkMemberNIC(t *testing.T, amp apiAmphora) {
 	s := b.s
 	var addrs []string
 	for _, p := range s.cp.Fabric.Ports() {
@@ -305,7 +305,7 @@ func (b *secondLB) checkMemberNIC(t *testing.T, amp amphora) {
 
 // lbRows counts the database rows of one load balancer and what hangs off
 // it, naming the tables that hold any.
-func (b *secondLB) lbRows(t *testing.T, amp amphora, pool string, members map[string]string) string {
+func (b *secondLB) lbRows(t *testing.T, amp apiAmphora, pool string, members map[string]string) string {
 	t.Helper()
 	id := b.s.lb.ID
 	var ms []string
@@ -347,7 +347,7 @@ func (s *scene) countRows(t *testing.T, tables []string, where map[string]string
 // longer finds it, its VM and its ports are gone, its listener, pool,
 // members and monitor rows at once, and housekeeping purges the rest; the
 // first load balancer keeps its own.
-func (b *secondLB) cascadeDelete(t *testing.T, amp amphora, pool string, members map[string]string) {
+func (b *secondLB) cascadeDelete(t *testing.T, amp apiAmphora, pool string, members map[string]string) {
 	s := b.s
 	if left := b.lbRows(t, amp, pool, members); !strings.Contains(left, "member=2") || !strings.Contains(left, "load_balancer=1") {
 		t.Errorf("rows before the delete: %q, want the load balancer and both members", left)
