@@ -41,6 +41,8 @@ type scene struct {
 	client *http.Client
 	http   map[string]*topo.Server // by member name
 	names  map[string]string       // API id → the test's name, for logs
+	// memberSubnet: members' subnet ("" → the fabric's IPv4 member subnet).
+	memberSubnet string
 }
 
 // cli runs the openstack CLI and returns its trimmed output.
@@ -131,7 +133,7 @@ func (s *scene) addMember(t *testing.T, pool, name, addr string, port int) strin
 	}
 	s.change(t, "member "+name, func() {
 		body := map[string]any{"member": map[string]any{"name": name, "address": addr, "protocol_port": port,
-			"subnet_id": s.cp.MemberSubnet.ID}}
+			"subnet_id": s.memberSubnetID()}}
 		s.rest(t, "POST", "/v2/lbaas/pools/"+pool+"/members", body, &resp)
 	})
 	s.names[resp.Member.ID] = name + "(" + s.names[pool] + ")"
@@ -207,7 +209,7 @@ func (s *scene) waitMember(t *testing.T, pool, id, name, want string) {
 // member that served it, or "status NNN" for an answer of the proxy's own.
 func (s *scene) httpAsk(port int, path string) func() (string, error) {
 	return func() (string, error) {
-		resp, err := s.client.Get(fmt.Sprintf("http://%s:%d%s", s.lb.VIPAddress, port, path))
+		resp, err := s.client.Get("http://" + net.JoinHostPort(s.lb.VIPAddress, fmt.Sprint(port)) + path)
 		if err != nil {
 			return "", err
 		}
@@ -322,6 +324,7 @@ func TestCloudScenarios(t *testing.T) {
 		}
 	}
 
+	second := s.startSecondLB(t)
 	var pool string
 	members := map[string]string{} // name → id
 	if !t.Run("HTTPMonitor", func(t *testing.T) { pool = s.httpMonitor(t, members) }) {
@@ -340,6 +343,7 @@ func TestCloudScenarios(t *testing.T) {
 	})
 	t.Run("PingMonitor", func(t *testing.T) { s.pingMonitor(t) })
 	t.Run("Prometheus", func(t *testing.T) { s.prometheus(t) })
+	t.Run("SecondLoadBalancerIPv6", func(t *testing.T) { second.finish(t) })
 	s.logTransitions(t)
 	t.Run("Deletes", func(t *testing.T) { s.deletes(t, pool, members) })
 	t.Run("Unplug", func(t *testing.T) { s.unplug(t, pool, members) })
@@ -497,7 +501,7 @@ func (s *scene) poolAlgorithm(t *testing.T, pool string) {
 	}
 	// LEAST_CONNECTIONS would also send sequential connections to one
 	// member: the amphora's HAProxy config tells the two apart.
-	for _, v := range s.cp.VMs() {
+	for _, v := range s.amphoraVMs(t) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		code, out, err := v.Exec(ctx, "grep -h '^ *balance ' /var/lib/octavia/"+s.lb.ID+"/haproxy.cfg")
 		cancel()
@@ -768,21 +772,11 @@ var octaviaTables = []string{"load_balancer", "vip", "additional_vip", "vrrp_gro
 // one load balancer), naming the tables that are not empty.
 func (s *scene) rowsLeft(t *testing.T) string {
 	t.Helper()
-	var parts []string
+	where := map[string]string{}
 	for _, table := range octaviaTables {
-		parts = append(parts, fmt.Sprintf("SELECT '%s', COUNT(*) FROM %s", table, table))
+		where[table] = "TRUE"
 	}
-	out, err := s.cp.SQL(strings.Join(parts, " UNION ALL "))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[1] != "0" {
-			left = append(left, f[0]+"="+f[1])
-		}
-	}
-	return strings.Join(left, " ")
+	return s.countRows(t, octaviaTables, where)
 }
 
 // cascadeDelete: the load balancer's cascade delete → the API no longer

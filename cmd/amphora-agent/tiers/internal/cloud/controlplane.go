@@ -31,6 +31,13 @@ const (
 	VIPGateway     = "203.0.113.1"
 	MemberCIDR     = "198.51.100.128/25"
 	MemberGateway  = "198.51.100.129"
+	// IPv6: a second subnet on the VIP network (br-vip carries both) and
+	// an IPv6-only member network on br-member6, each gateway an address
+	// of the controller's namespace.
+	VIP6CIDR       = "2001:db8:0:203::/64"
+	VIP6Gateway    = "2001:db8:0:203::1"
+	Member6CIDR    = "2001:db8:0:198::/64"
+	Member6Gateway = "2001:db8:0:198::1"
 	HealthPort     = 5555
 	APIAddr        = "127.0.0.1:9876"
 )
@@ -67,7 +74,12 @@ type ControlPlane struct {
 	// MemberGateway; a test serves members from NS on more addresses).
 	ManagementNet, VIPNet, MemberNet          *Network
 	ManagementSubnet, VIPSubnet, MemberSubnet *Subnet
-	Services                                  []*Service
+	// IPv6: VIP6Subnet is the VIP network's second subnet (VIP6Gateway on
+	// br-vip); Member6Net is on br-member6 (Member6Gateway).
+	VIP6Subnet    *Subnet
+	Member6Net    *Network
+	Member6Subnet *Subnet
+	Services      []*Service
 	// Timings of the start-up steps, in order ("mariadb ready 1.2s", ...).
 	Timings []string
 
@@ -133,14 +145,18 @@ func Start(t testing.TB, o Options) *ControlPlane {
 		{"lb-mgmt-net", "br-mgmt", ManagementCIDR, ControllerIP, "", "198.51.100.10", &c.ManagementNet, &c.ManagementSubnet},
 		{"vip-net", "br-vip", VIPCIDR, VIPGateway, VIPGateway, "203.0.113.10", &c.VIPNet, &c.VIPSubnet},
 		{"member-net", "br-member", MemberCIDR, MemberGateway, MemberGateway, "198.51.100.140", &c.MemberNet, &c.MemberSubnet},
+		{"member6-net", "br-member6", Member6CIDR, Member6Gateway, Member6Gateway, "2001:db8:0:198::100", &c.Member6Net, &c.Member6Subnet},
 	} {
-		bits := strings.SplitN(n.cidr, "/", 2)[1]
 		c.mustNS("ip", "link", "add", n.bridge, "type", "bridge")
-		c.mustNS("ip", "addr", "add", n.ownAddr+"/"+bits, "dev", n.bridge)
+		c.addOwnAddr(n.ownAddr, n.cidr, n.bridge)
 		c.mustNS("ip", "link", "set", n.bridge, "up")
 		if *n.net, *n.subnet, err = c.Fabric.AddNetwork(n.name, n.cidr, n.gateway, n.firstFree, n.bridge); err != nil {
 			t.Fatal(err)
 		}
+	}
+	c.addOwnAddr(VIP6Gateway, VIP6CIDR, "br-vip")
+	if c.VIP6Subnet, err = c.Fabric.AddSubnet(c.VIPNet.ID, "vip-net-v6-subnet", VIP6CIDR, VIP6Gateway, "2001:db8:0:203::10"); err != nil {
+		t.Fatal(err)
 	}
 	// Neutron's DHCP agent (dnsmasq, with VMs) serves the management
 	// network only; the VIP and member ports are configured by the agent.
@@ -202,6 +218,17 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	c.waitReady(hk, serviceStartLimit, func() error { return logHas(hk.Log, "Starting house keeping") })
 	step("housekeeping running")
 	return c
+}
+
+// addOwnAddr gives the namespace addr on bridge with cidr's prefix
+// length; an IPv6 one skips duplicate address detection, so it answers
+// at once.
+func (c *ControlPlane) addOwnAddr(addr, cidr, bridge string) {
+	args := []string{"addr", "add", addr + "/" + strings.SplitN(cidr, "/", 2)[1], "dev", bridge}
+	if strings.Contains(addr, ":") {
+		args = append(args, "nodad")
+	}
+	c.mustNS("ip", args...)
 }
 
 func (c *ControlPlane) path(parts ...string) string {

@@ -73,6 +73,12 @@ type Subnet struct {
 	// EnableDHCP: a DHCP server hands out the ports' addresses (the
 	// management network's dnsmasq); network_data.json then says so.
 	EnableDHCP bool `json:"enable_dhcp"`
+	// IPv6RAMode and IPv6AddressMode are always null, as Neutron answers
+	// for a subnet made without them (and for every IPv4 subnet): the
+	// fabric hands out each address itself, SLAAC and DHCPv6 are not
+	// modelled.
+	IPv6RAMode      *string `json:"ipv6_ra_mode"`
+	IPv6AddressMode *string `json:"ipv6_address_mode"`
 
 	prefix netip.Prefix
 	pool   netip.Addr // the allocation pool's first address
@@ -111,12 +117,12 @@ type Port struct {
 
 // Server is a Nova server.
 type Server struct {
-	ID               string
-	Name             string
-	Status           string // BUILD, ACTIVE, ERROR, DELETED
-	Fault            string
-	Flavor           string
-	ImageTag         string
+	ID       string
+	Name     string
+	Status   string // BUILD, ACTIVE, ERROR, DELETED
+	Fault    string
+	Flavor   string
+	ImageTag string
 	ServerGroupID    string
 	AvailabilityZone string
 	UserData         string
@@ -149,26 +155,47 @@ func notFound(kind, id string) error { return fmt.Errorf("%s %s: %w", kind, id, 
 // from firstFree on. bridge names the Linux bridge carrying it ("" for a
 // network on paper).
 func (f *Fabric) AddNetwork(name, cidr, gateway, firstFree, bridge string) (*Network, *Subnet, error) {
-	prefix, err := netip.ParsePrefix(cidr)
-	if err != nil {
-		return nil, nil, err
-	}
-	next, err := netip.ParseAddr(firstFree)
-	if err != nil || !prefix.Contains(next) {
-		return nil, nil, fmt.Errorf("first free address %q is not in %s", firstFree, cidr)
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := &Network{ID: newUUID(), Name: name, MTU: 1500, Bridge: bridge}
+	s, err := f.addSubnet(n, name+"-subnet", cidr, gateway, firstFree)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.networks[n.ID] = n
+	return n, s, nil
+}
+
+// AddSubnet adds a subnet to a network, as a second subnet of another
+// IP version makes a dual-stack Neutron network.
+func (f *Fabric) AddSubnet(networkID, name, cidr, gateway, firstFree string) (*Subnet, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.networks[networkID]
+	if !ok {
+		return nil, notFound("network", networkID)
+	}
+	return f.addSubnet(n, name, cidr, gateway, firstFree)
+}
+
+func (f *Fabric) addSubnet(n *Network, name, cidr, gateway, firstFree string) (*Subnet, error) {
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return nil, err
+	}
+	next, err := netip.ParseAddr(firstFree)
+	if err != nil || !prefix.Contains(next) {
+		return nil, fmt.Errorf("first free address %q is not in %s", firstFree, cidr)
+	}
 	version := 4
 	if prefix.Addr().Is6() {
 		version = 6
 	}
-	s := &Subnet{ID: newUUID(), Name: name + "-subnet", NetworkID: n.ID, CIDR: prefix.Masked().String(),
+	s := &Subnet{ID: newUUID(), Name: name, NetworkID: n.ID, CIDR: prefix.Masked().String(),
 		IPVersion: version, GatewayIP: gateway, HostRoutes: []HostRoute{}, prefix: prefix.Masked(), pool: next, next: next}
 	n.Subnets = append(n.Subnets, s.ID)
-	f.networks[n.ID], f.subnets[s.ID] = n, s
-	return n, s, nil
+	f.subnets[s.ID] = s
+	return s, nil
 }
 
 // lastOf is an IPv4 prefix's broadcast address.
@@ -180,10 +207,18 @@ func lastOf(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// newPort makes a port on network with an address from its first subnet
-// (or ip, when given) and a MAC in Neutron's fa:16:3e range. The caller
-// holds f.mu.
-func (f *Fabric) newPort(networkID, name, ip string) (*Port, error) {
+// ipRequest is one entry of a port's fixed_ips in a create request: a
+// subnet, an address, or both.
+type ipRequest struct {
+	SubnetID  string
+	IPAddress string
+}
+
+// newPort makes a port on network with a MAC in Neutron's fa:16:3e range
+// and the addresses asked for. Without a request it takes what Neutron's
+// IPAM gives a port on the network: one address from the first IPv4
+// subnet and one from the first IPv6 subnet. The caller holds f.mu.
+func (f *Fabric) newPort(networkID, name string, want ...ipRequest) (*Port, error) {
 	n, ok := f.networks[networkID]
 	if !ok {
 		return nil, notFound("network", networkID)
@@ -191,7 +226,47 @@ func (f *Fabric) newPort(networkID, name, ip string) (*Port, error) {
 	if len(n.Subnets) == 0 {
 		return nil, fmt.Errorf("network %s has no subnet", networkID)
 	}
-	return f.portOn(n, name, []FixedIP{{SubnetID: n.Subnets[0], IPAddress: ip}})
+	if len(want) == 0 {
+		for _, version := range []int{4, 6} {
+			for _, id := range n.Subnets {
+				if f.subnets[id].IPVersion == version {
+					want = append(want, ipRequest{SubnetID: id})
+					break
+				}
+			}
+		}
+	}
+	return f.portOn(n, name, want)
+}
+
+// fixedIP resolves one requested address on network n as Neutron does:
+// the subnet named, or the one holding the address; the address asked
+// for (written canonically), or the subnet's next free one.
+func (f *Fabric) fixedIP(n *Network, w ipRequest) (FixedIP, error) {
+	var addr netip.Addr
+	if w.IPAddress != "" {
+		var err error
+		if addr, err = netip.ParseAddr(w.IPAddress); err != nil {
+			return FixedIP{}, fmt.Errorf("fixed IP %q: %v", w.IPAddress, err)
+		}
+	}
+	var sub *Subnet
+	for _, id := range n.Subnets {
+		s := f.subnets[id]
+		if (w.SubnetID != "" && id == w.SubnetID) || (w.SubnetID == "" && addr.IsValid() && s.prefix.Contains(addr)) {
+			sub = s
+		}
+	}
+	switch {
+	case sub == nil && w.SubnetID != "":
+		return FixedIP{}, fmt.Errorf("subnet %s is not on network %s", w.SubnetID, n.ID)
+	case sub == nil:
+		return FixedIP{}, fmt.Errorf("no subnet of network %s holds %s", n.ID, w.IPAddress)
+	case addr.IsValid() && !sub.prefix.Contains(addr):
+		return FixedIP{}, fmt.Errorf("%s is not in subnet %s (%s)", w.IPAddress, sub.ID, sub.CIDR)
+	}
+	ip, err := f.claim(sub, w.IPAddress)
+	return FixedIP{SubnetID: sub.ID, IPAddress: ip}, err
 }
 
 // record notes a driver call for Calls.

@@ -93,23 +93,16 @@ func (p *Port) Status() string {
 
 // portOn makes a port on n with one address per requested fixed IP (an
 // empty address: the subnet's next free one). The caller holds f.mu.
-func (f *Fabric) portOn(n *Network, name string, want []FixedIP) (*Port, error) {
+func (f *Fabric) portOn(n *Network, name string, want []ipRequest) (*Port, error) {
 	p := &Port{ID: newUUID(), Name: name, NetworkID: n.ID, MACAddress: topo.UniqueMAC(), AdminUp: true}
 	for _, w := range want {
-		s, ok := f.subnets[w.SubnetID]
-		if !ok {
-			return nil, notFound("subnet", w.SubnetID)
-		}
-		if s.NetworkID != n.ID {
-			return nil, fmt.Errorf("subnet %s is not on network %s", s.ID, n.ID)
-		}
-		ip, err := f.claim(s, w.IPAddress)
+		ip, err := f.fixedIP(n, w)
 		if err != nil {
 			delete(f.ports, p.ID)
 			return nil, err
 		}
 		// Held from here on, so a second address on the subnet differs.
-		p.FixedIPs = append(p.FixedIPs, FixedIP{SubnetID: s.ID, IPAddress: ip})
+		p.FixedIPs = append(p.FixedIPs, ip)
 		f.ports[p.ID] = p
 	}
 	f.ports[p.ID] = p
@@ -201,9 +194,12 @@ func (f *Fabric) createPort(a createPortCall) (any, error) {
 	if !ok {
 		return nil, notFound("network", a.NetworkID)
 	}
-	want := a.FixedIPs
+	var want []ipRequest
+	for _, ip := range a.FixedIPs {
+		want = append(want, ipRequest{SubnetID: ip.SubnetID, IPAddress: ip.IPAddress})
+	}
 	if len(want) == 0 && len(n.Subnets) > 0 {
-		want = []FixedIP{{SubnetID: n.Subnets[0]}}
+		want = []ipRequest{{SubnetID: n.Subnets[0]}}
 	}
 	p, err := f.portOn(n, deref(a.Name), want)
 	if err != nil {

@@ -2,27 +2,11 @@ package cloud
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"testing"
 )
-
-// serveFabric serves f on a unix socket for the test and returns a client
-// that reaches it as the Python drivers do.
-func serveFabric(t *testing.T, f *Fabric) *http.Client {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "f.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go f.Serve(l)
-	return &http.Client{Transport: &http.Transport{Dial: func(string, string) (net.Conn, error) { return net.Dial("unix", sock) }}}
-}
 
 // portJSON is a port as the drivers read it, with what Neutron derives.
 type portJSON struct {
@@ -173,7 +157,7 @@ func TestFabricAddressPool(t *testing.T) {
 	defer f.mu.Unlock()
 	var ports []*Port
 	for range 5 {
-		p, err := f.newPort(n.ID, "p", "")
+		p, err := f.newPort(n.ID, "p")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,15 +166,15 @@ func TestFabricAddressPool(t *testing.T) {
 	if got := ports[4].FixedIPs[0].IPAddress; got != "203.0.113.6" {
 		t.Fatalf("fifth address %s, want 203.0.113.6", got)
 	}
-	if _, err := f.newPort(n.ID, "p", ""); err == nil {
+	if _, err := f.newPort(n.ID, "p"); err == nil {
 		t.Fatal("a sixth port on a full /29 pool got an address")
 	}
 	delete(f.ports, ports[1].ID)
-	p, err := f.newPort(n.ID, "p", "")
+	p, err := f.newPort(n.ID, "p")
 	if err != nil || p.FixedIPs[0].IPAddress != "203.0.113.3" {
 		t.Fatalf("after releasing .3 the full pool gave %v, %v; want .3", p, err)
 	}
-	if _, err := f.newPort(n.ID, "p", "203.0.113.4"); err == nil {
+	if _, err := f.newPort(n.ID, "p", ipRequest{IPAddress: "203.0.113.4"}); err == nil {
 		t.Error("an address a port holds was handed out again")
 	}
 	if _, err := f.createPort(createPortCall{NetworkID: n.ID, FixedIPs: []FixedIP{{SubnetID: s.ID, IPAddress: "198.51.100.5"}}}); err == nil {
@@ -204,10 +188,10 @@ func TestFabricAddressPool(t *testing.T) {
 	}
 
 	// Fresh addresses come before released ones.
-	a, _ := f.newPort(n2.ID, "a", "")
-	f.newPort(n2.ID, "b", "")
+	a, _ := f.newPort(n2.ID, "a")
+	f.newPort(n2.ID, "b")
 	delete(f.ports, a.ID)
-	if c, _ := f.newPort(n2.ID, "c", ""); c.FixedIPs[0].IPAddress != "198.51.100.12" {
+	if c, _ := f.newPort(n2.ID, "c"); c.FixedIPs[0].IPAddress != "198.51.100.12" {
 		t.Errorf("next address %s, want 198.51.100.12 (not the released .10)", c.FixedIPs[0].IPAddress)
 	}
 

@@ -184,7 +184,7 @@ func (f *Fabric) build(a buildArgs) (any, error) {
 	// Nova makes a port on each network and takes the ports it is given,
 	// in this order; the first is the management port.
 	for _, id := range a.NetworkIDs {
-		p, err := f.newPort(id, "octavia-lb-mgmt-"+s.ID, "")
+		p, err := f.newPort(id, "octavia-lb-mgmt-"+s.ID)
 		if err != nil {
 			f.mu.Unlock()
 			return nil, err
@@ -370,7 +370,11 @@ func (f *Fabric) allocateVIP(a lbCall) (any, error) {
 		}
 		networkID = s.NetworkID
 	}
-	p, err := f.newPort(networkID, "octavia-lb-"+a.LoadBalancer.ID, v.IPAddress)
+	var want []ipRequest
+	if v.SubnetID != "" || v.IPAddress != "" {
+		want = append(want, ipRequest{SubnetID: v.SubnetID, IPAddress: v.IPAddress})
+	}
+	p, err := f.newPort(networkID, "octavia-lb-"+a.LoadBalancer.ID, want...)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +419,13 @@ func (f *Fabric) plugAAPPort(a aapCall) (any, error) {
 		f.mu.Unlock()
 		return aapAnswer(p, a.VIP), nil
 	}
-	if p, err = f.newPort(a.VIP.NetworkID, "octavia-lb-vrrp-"+a.Amphora.ID, ""); err != nil {
+	// Neutron's driver asks for the VRRP port's address on the VIP's
+	// subnet only, so a dual-stack VIP network gives it one address.
+	var want []ipRequest
+	if a.VIP.SubnetID != "" {
+		want = append(want, ipRequest{SubnetID: a.VIP.SubnetID})
+	}
+	if p, err = f.newPort(a.VIP.NetworkID, "octavia-lb-vrrp-"+a.Amphora.ID, want...); err != nil {
 		f.mu.Unlock()
 		return nil, err
 	}
@@ -503,7 +513,7 @@ func (f *Fabric) attach(a attachCall) (any, error) {
 			f.mu.Unlock()
 			return nil, notFound("port", id)
 		}
-	} else if p, err = f.newPort(deref(a.NetworkID), "octavia-member-"+s.ID, deref(a.IPAddress)); err != nil {
+	} else if p, err = f.newPort(deref(a.NetworkID), "octavia-member-"+s.ID, ipsOf(deref(a.IPAddress))...); err != nil {
 		f.mu.Unlock()
 		return nil, err
 	} else {
@@ -594,21 +604,21 @@ type fixedIPCall struct {
 	IPAddress *string `json:"ip_address"`
 }
 
-// plugFixedIP adds an address from the subnet to the port.
+// plugFixedIP adds an address from the subnet (one on the port's
+// network) to the port.
 func (f *Fabric) plugFixedIP(a fixedIPCall) (any, error) {
 	p, ok := f.ports[a.PortID]
 	if !ok {
 		return nil, notFound("port", a.PortID)
 	}
-	sub, ok := f.subnets[a.SubnetID]
-	if !ok {
+	if _, ok := f.subnets[a.SubnetID]; !ok {
 		return nil, notFound("subnet", a.SubnetID)
 	}
-	ip, err := f.claim(sub, deref(a.IPAddress))
+	ip, err := f.fixedIP(f.networks[p.NetworkID], ipRequest{SubnetID: a.SubnetID, IPAddress: deref(a.IPAddress)})
 	if err != nil {
 		return nil, err
 	}
-	p.FixedIPs = append(p.FixedIPs, FixedIP{SubnetID: sub.ID, IPAddress: ip})
+	p.FixedIPs = append(p.FixedIPs, ip)
 	return p, nil
 }
 
@@ -634,6 +644,14 @@ func (f *Fabric) deletePort(a idArgs) (any, error) {
 	}
 	delete(f.ports, a.ID)
 	return map[string]any{}, nil
+}
+
+// ipsOf is the fixed_ips request for an optional address.
+func ipsOf(ip string) []ipRequest {
+	if ip == "" {
+		return nil
+	}
+	return []ipRequest{{IPAddress: ip}}
 }
 
 func deref(s *string) string {

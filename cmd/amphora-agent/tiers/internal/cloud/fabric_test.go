@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,20 @@ func call(t *testing.T, c *http.Client, method string, args, out any) int {
 	return resp.StatusCode
 }
 
+// serveFabric serves f on a unix socket until the test ends and returns
+// a client of it.
+func serveFabric(t *testing.T, f *Fabric) *http.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "f.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go f.Serve(l)
+	return &http.Client{Transport: &http.Transport{Dial: func(string, string) (net.Conn, error) { return net.Dial("unix", sock) }}}
+}
+
 // TestFabricCreateFlowCalls walks the calls Octavia's create and delete
 // flows make (as the cloud tier's driver log shows them) through the
 // fabric's wire: the VIP comes from the VIP subnet and is idempotent once
@@ -42,14 +57,7 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "f.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go f.Serve(l)
-	c := &http.Client{Transport: &http.Transport{Dial: func(string, string) (net.Conn, error) { return net.Dial("unix", sock) }}}
+	c := serveFabric(t, f)
 
 	var vip map[string]any
 	lb := map[string]any{"id": "lb1", "vip": map[string]any{"subnet_id": vipSubnet.ID}}
@@ -67,7 +75,7 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 	}
 
 	var built map[string]string
-	call(t, c, "compute/build", map[string]any{"name": "amphora-1", "network_ids": []string{mgmt.ID},
+	call(t, c, "compute/build", map[string]any{"name": "amphora-1", "network_ids": []string{mgmt.ID}, "image_tag": "amphora",
 		"config_drive_files": map[string]string{"/etc/octavia/amphora-agent.conf": "W0RFRkFVTFRd"}}, &built)
 	var amp map[string]any
 	deadline := time.Now().Add(5 * time.Second)
@@ -77,6 +85,11 @@ func TestFabricCreateFlowCalls(t *testing.T) {
 	}
 	if amp["status"] != "ACTIVE" || amp["lb_network_ip"] != "198.51.100.10" {
 		t.Fatalf("get_amphora = %v", amp)
+	}
+	// Nova reports the image by its UUID, which Octavia's amphora API
+	// insists on (a tag there makes GET /v2/octavia/amphorae a 400).
+	if id, _ := amp["image_id"].(string); !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(id) {
+		t.Errorf("get_amphora image_id %q, want a UUID", id)
 	}
 	if s := f.Servers(); len(s) != 1 || string(s[0].Files["/etc/octavia/amphora-agent.conf"]) != "[DEFAULT]" {
 		t.Fatalf("servers = %+v", s)
@@ -154,7 +167,7 @@ func TestFabricCascadeDeletePorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
-	own, err := f.newPort(members.ID, "users-own", "")
+	own, err := f.newPort(members.ID, "users-own")
 	f.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -173,5 +186,96 @@ func TestFabricCascadeDeletePorts(t *testing.T) {
 	}
 	if n := f.PortCount(); n != 1 || own.DeviceID != "" {
 		t.Errorf("%d ports left after the cascade delete, want only the caller's own, unbound (device %q)", n, own.DeviceID)
+	}
+}
+
+// TestFabricIPv6Subnets: a dual-stack VIP network (an IPv6 subnet added
+// to it) and an IPv6-only member network answer as Neutron does for
+// subnets made without IPv6 modes: get_subnet says ip_version 6 with
+// ipv6_ra_mode and ipv6_address_mode null; a VIP asked for on the IPv6
+// subnet and the VRRP port plugged for it hold one IPv6 address each (not
+// one of each family); a port made on the network without a request gets
+// one address per family; plugging the member network gives an IPv6
+// address; an address asked for is written canonically.
+func TestFabricIPv6Subnets(t *testing.T) {
+	f := NewFabric(PaperHypervisor{})
+	mgmt, _, _ := f.AddNetwork("mgmt", "198.51.100.0/25", "", "198.51.100.10", "")
+	vipNet, vip4, _ := f.AddNetwork("vip", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "")
+	vip6, err := f.AddSubnet(vipNet.ID, "vip-v6", "2001:db8:0:203::/64", "2001:db8:0:203::1", "2001:db8:0:203::10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	members6, member6, _ := f.AddNetwork("members6", "2001:db8:0:198::/64", "2001:db8:0:198::1", "2001:db8:0:198::100", "")
+	if _, err := f.AddSubnet(vipNet.ID, "bad", "2001:db8:0:204::/64", "", "2001:db8:0:205::1"); err == nil {
+		t.Error("a first free address outside the subnet was accepted")
+	}
+	c := serveFabric(t, f)
+
+	var sub map[string]any
+	if code := call(t, c, "network/get_subnet", map[string]any{"id": vip6.ID}, &sub); code != 200 {
+		t.Fatalf("get_subnet: %d %v", code, sub)
+	}
+	for key, want := range map[string]any{"ip_version": 6.0, "cidr": "2001:db8:0:203::/64", "gateway_ip": "2001:db8:0:203::1",
+		"network_id": vipNet.ID, "ipv6_ra_mode": nil, "ipv6_address_mode": nil} {
+		if got, ok := sub[key]; !ok || got != want {
+			t.Errorf("get_subnet %s = %v (present %v), want %v", key, got, ok, want)
+		}
+	}
+	if routes, ok := sub["host_routes"].([]any); !ok || len(routes) != 0 {
+		t.Errorf("get_subnet host_routes = %#v, want an empty list", sub["host_routes"])
+	}
+	var network map[string]any
+	call(t, c, "network/get_network", map[string]any{"id": vipNet.ID}, &network)
+	if s, _ := network["subnets"].([]any); len(s) != 2 || s[0] != vip4.ID || s[1] != vip6.ID {
+		t.Errorf("get_network subnets = %v, want the IPv4 and the IPv6 subnet", network["subnets"])
+	}
+
+	var vip map[string]any
+	lb := map[string]any{"id": "lb6", "vip": map[string]any{"subnet_id": vip6.ID}}
+	if code := call(t, c, "network/allocate_vip", map[string]any{"load_balancer": lb}, &vip); code != 200 {
+		t.Fatalf("allocate_vip: %d %v", code, vip)
+	}
+	if vip["ip_address"] != "2001:db8:0:203::10" || vip["subnet_id"] != vip6.ID || vip["network_id"] != vipNet.ID {
+		t.Fatalf("vip = %v", vip)
+	}
+	var vipPort Port
+	call(t, c, "network/get_port", map[string]any{"id": vip["port_id"]}, &vipPort)
+	if len(vipPort.FixedIPs) != 1 || !strings.HasPrefix(vipPort.MACAddress, "fa:16:3e:") {
+		t.Errorf("VIP port %+v, want one fixed IP and a MAC of Neutron's", vipPort)
+	}
+
+	var built map[string]string
+	call(t, c, "compute/build", map[string]any{"name": "amphora-6", "network_ids": []string{mgmt.ID}}, &built)
+	var aap map[string]string
+	call(t, c, "network/plug_aap_port", map[string]any{"vip": vip, "amphora": map[string]any{"id": "a6", "compute_id": built["id"]}}, &aap)
+	if aap["vrrp_ip"] != "2001:db8:0:203::11" || aap["ha_ip"] != "2001:db8:0:203::10" {
+		t.Fatalf("plug_aap_port = %v", aap)
+	}
+	var vrrp Port
+	call(t, c, "network/get_port", map[string]any{"id": aap["vrrp_port_id"]}, &vrrp)
+	if len(vrrp.FixedIPs) != 1 || vrrp.FixedIPs[0].SubnetID != vip6.ID {
+		t.Errorf("VRRP port's fixed IPs %+v, want only the one on the IPv6 VIP subnet", vrrp.FixedIPs)
+	}
+
+	var nic interfaceJSON
+	call(t, c, "compute/attach_network_or_port", map[string]any{"id": built["id"], "network_id": members6.ID}, &nic)
+	if len(nic.FixedIPs) != 1 || nic.FixedIPs[0] != (FixedIP{SubnetID: member6.ID, IPAddress: "2001:db8:0:198::100"}) {
+		t.Errorf("member network plugged with %+v, want one address from the IPv6 member subnet", nic.FixedIPs)
+	}
+
+	f.mu.Lock()
+	dual, err := f.newPort(vipNet.ID, "dual")
+	f.mu.Unlock()
+	if err != nil || len(dual.FixedIPs) != 2 || dual.FixedIPs[0].SubnetID != vip4.ID || dual.FixedIPs[1].SubnetID != vip6.ID {
+		t.Errorf("a port on the dual-stack network without a request: %+v, %v; want one IPv4 and one IPv6 address", dual, err)
+	}
+	var fixed Port
+	call(t, c, "network/plug_fixed_ip", map[string]any{"port_id": nic.PortID, "subnet_id": member6.ID,
+		"ip_address": "2001:0db8:0:198:0:0:0:00aa"}, &fixed)
+	if n := len(fixed.FixedIPs); n != 2 || fixed.FixedIPs[1].IPAddress != "2001:db8:0:198::aa" {
+		t.Errorf("plug_fixed_ip: %+v, want the address written canonically", fixed.FixedIPs)
+	}
+	if code := call(t, c, "network/plug_fixed_ip", map[string]any{"port_id": nic.PortID, "subnet_id": vip6.ID}, nil); code != 400 {
+		t.Errorf("plug_fixed_ip from a subnet of another network: %d, want 400", code)
 	}
 }

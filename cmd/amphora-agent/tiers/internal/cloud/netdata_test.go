@@ -15,7 +15,7 @@ func TestNetworkData(t *testing.T) {
 	mgmtSub.EnableDHCP = true
 	vipNet, _, _ := f.AddNetwork("vip", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "")
 	f.mu.Lock()
-	vrrp, err := f.newPort(vipNet.ID, "vrrp", "")
+	vrrp, err := f.newPort(vipNet.ID, "vrrp")
 	f.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
