@@ -18,15 +18,16 @@ const failoverHeartbeatTimeout = 10 * time.Second
 
 // apiAmphora is an amphora as GET /v2/octavia/amphorae shows it.
 type apiAmphora struct {
-	ID         string `json:"id"`
-	LBID       string `json:"loadbalancer_id"`
-	ComputeID  string `json:"compute_id"`
-	Status     string `json:"status"`
-	Role       string `json:"role"`
-	VRRPIP     string `json:"vrrp_ip"`
-	HAIP       string `json:"ha_ip"`
-	VRRPPortID string `json:"vrrp_port_id"`
-	HAPortID   string `json:"ha_port_id"`
+	ID          string `json:"id"`
+	LBID        string `json:"loadbalancer_id"`
+	ComputeID   string `json:"compute_id"`
+	LBNetworkIP string `json:"lb_network_ip"`
+	Status      string `json:"status"`
+	Role        string `json:"role"`
+	VRRPIP      string `json:"vrrp_ip"`
+	HAIP        string `json:"ha_ip"`
+	VRRPPortID  string `json:"vrrp_port_id"`
+	HAPortID    string `json:"ha_port_id"`
 }
 
 // amphoraeOf lists the load balancer's amphorae that are not DELETED,
@@ -199,7 +200,9 @@ func TestCloudFailoverNoop(t *testing.T) {
 	}
 	portsNow := cp.Fabric.Ports
 
-	as := flow("ACTIVE_STANDBY create", func() string { return create("lb-as", map[string]any{"vip_subnet_id": cp.VIPSubnet.ID, "flavor_id": flavor}) })
+	as := flow("ACTIVE_STANDBY create", func() string {
+		return create("lb-as", map[string]any{"vip_subnet_id": cp.VIPSubnet.ID, "flavor_id": flavor})
+	})
 	amps := amphoraeOf(t, s, as.ID)
 	checkAmphorae(t, cp, amps, as, "BACKUP", "MASTER")
 	vip := as.VIPAddress

@@ -43,33 +43,13 @@ type secondLB struct {
 	both   int           // of them, polls seeing the first load balancer PENDING_UPDATE
 }
 
-// apiAmphora is what Octavia's amphora API says of one amphora.
-type apiAmphora struct {
-	ID          string `json:"id"`
-	ComputeID   string `json:"compute_id"`
-	LBNetworkIP string `json:"lb_network_ip"`
-	VRRPIP      string `json:"vrrp_ip"`
-	HAIP        string `json:"ha_ip"`
-	Status      string `json:"status"`
-}
-
-// amphorae lists the load balancer's amphorae from Octavia's admin API.
-func (s *scene) amphorae(t *testing.T) []apiAmphora {
-	t.Helper()
-	var got struct {
-		Amphorae []apiAmphora `json:"amphorae"`
-	}
-	s.rest(t, "GET", "/v2/octavia/amphorae?loadbalancer_id="+s.lb.ID, nil, &got)
-	return got.Amphorae
-}
-
 // amphoraVMs are the VMs of this scene's load balancer (other load
 // balancers' amphorae may run beside it).
 func (s *scene) amphoraVMs(t *testing.T) map[string]*vm.VM {
 	t.Helper()
 	all := s.cp.VMs()
 	out := map[string]*vm.VM{}
-	for _, a := range s.amphorae(t) {
+	for _, a := range amphoraeOf(t, s, s.lb.ID) {
 		if v, ok := all[a.ComputeID]; ok {
 			out[a.ComputeID] = v
 		}
@@ -233,7 +213,7 @@ func (b *secondLB) checkAddresses(t *testing.T) apiAmphora {
 		a, err := netip.ParseAddr(addr)
 		return err == nil && vip6.Contains(a)
 	}
-	amps := s.amphorae(t)
+	amps := amphoraeOf(t, s, s.lb.ID)
 	if len(amps) != 1 {
 		t.Fatalf("the second load balancer has %d amphorae, want 1: %+v", len(amps), amps)
 	}

@@ -117,12 +117,12 @@ type Port struct {
 
 // Server is a Nova server.
 type Server struct {
-	ID       string
-	Name     string
-	Status   string // BUILD, ACTIVE, ERROR, DELETED
-	Fault    string
-	Flavor   string
-	ImageTag string
+	ID               string
+	Name             string
+	Status           string // BUILD, ACTIVE, ERROR, DELETED
+	Fault            string
+	Flavor           string
+	ImageTag         string
 	ServerGroupID    string
 	AvailabilityZone string
 	UserData         string
