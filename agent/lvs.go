@@ -23,12 +23,18 @@ type lvsRunner interface {
 	Stop(ctx context.Context, id string) error
 	Delete(ctx context.Context, id string) error
 	Restore(ctx context.Context) error
+	Busy(id string) bool
 	Close()
 }
 
 func (a *Agent) newLVS(cfg *config.Config) *keepalived.LVS {
 	return keepalived.NewLVS(keepalived.LVSOptions{Base: cfg.BasePath, Options: a.keepalivedOptions(cfg, "keepalivedlvs")})
 }
+
+// LVSBusy reports whether the agent is starting, restarting or restoring
+// listener id's keepalived: the heartbeat reports such a listener from its
+// last reading meanwhile.
+func (a *Agent) LVSBusy(id string) bool { return a.lvs.Busy(id) }
 
 // UploadLVS validates and stores a UDP or SCTP listener's keepalived
 // config and returns its ETag. Nothing is started. In ACTIVE_STANDBY the

@@ -51,6 +51,7 @@ func (f *fakeLVS) Delete(_ context.Context, id string) error {
 	return os.Remove(f.layout.ConfigPath(id))
 }
 func (f *fakeLVS) Restore(context.Context) error { return f.rec("restore") }
+func (f *fakeLVS) Busy(string) bool              { return false }
 func (f *fakeLVS) Close()                        {}
 
 const lvsConfig = "net_namespace amphora-haproxy\n\nvirtual_server_group ipv4-group {\n    203.0.113.10 53\n}\n\nvirtual_server group ipv4-group {\n}\n"

@@ -22,7 +22,8 @@ import (
 // fakeKeepalived stands in for keepalived: it writes its pid to -p's file
 // (and -c's, as the checker child would), says "reloaded" on SIGHUP,
 // removes the pid files and exits on SIGTERM, and exits at once with
-// status 1 while the file <dir>/refuse exists.
+// status 1 while the file <dir>/refuse exists; while <dir>/hold exists it
+// waits (up to 30 s) before writing its pid files, as a slow start.
 const fakeKeepalived = `#!/bin/sh
 pidfile=""
 checkfile=/dev/null
@@ -32,6 +33,8 @@ while [ $# -gt 0 ]; do
 done
 dir=$(dirname "$0")
 if [ -e "$dir/refuse" ]; then echo "fake keepalived: refusing to start"; exit 1; fi
+n=0
+while [ -e "$dir/hold" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
 trap 'echo reloaded' HUP
 trap 'rm -f "$pidfile" "$checkfile"; exit 0' TERM
 echo $$ > "$checkfile"

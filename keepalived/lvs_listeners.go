@@ -29,6 +29,9 @@ type LVS struct {
 
 	mu        sync.Mutex
 	instances map[string]*daemon
+	// busy counts, per listener, the starts, restarts and restores under
+	// way, for the heartbeat to tell them from a keepalived that is down.
+	busy      map[string]int
 	done      chan struct{}
 	closeOnce sync.Once
 }
@@ -44,7 +47,7 @@ func NewLVS(o LVSOptions) *LVS {
 	}
 	l := LVSLayout{Base: o.Base, ProcDir: o.ProcDir}
 	return &LVS{store: &LVSStore{Layout: l, Validate: o.Validate, Log: o.Log}, opts: o.Options,
-		instances: map[string]*daemon{}, done: make(chan struct{})}
+		instances: map[string]*daemon{}, busy: map[string]int{}, done: make(chan struct{})}
 }
 
 // Layout names the listeners' files.
@@ -63,6 +66,30 @@ func (s *LVS) History(id string) (h procwatch.History, ok bool) {
 		return h, false
 	}
 	return k.d.History(), true
+}
+
+// Busy reports whether the agent is starting, restarting or restoring
+// listener id's keepalived right now. A respawn after keepalived died on
+// its own is not such an operation: that outage is real.
+func (s *LVS) Busy(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy[id] > 0
+}
+
+// operate runs op on listener id's keepalived, counted as busy meanwhile.
+func (s *LVS) operate(id string, op func(*daemon) error) error {
+	s.mu.Lock()
+	s.busy[id]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.busy[id]--; s.busy[id] <= 0 {
+			delete(s.busy, id)
+		}
+		s.mu.Unlock()
+	}()
+	return op(s.instance(id))
 }
 
 func (s *LVS) instance(id string) *daemon {
@@ -111,7 +138,7 @@ func (s *LVS) ensure(ctx context.Context, id string, restart bool) error {
 	if !s.Exists(id) {
 		return lvsNotFound(id)
 	}
-	return s.instance(id).ensureRunning(ctx, restart)
+	return s.operate(id, func(k *daemon) error { return k.ensureRunning(ctx, restart) })
 }
 
 // Stop stops the listener's keepalived and remembers that it must stay
@@ -148,7 +175,7 @@ func (s *LVS) Restore(ctx context.Context) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		if err := s.instance(id).restore(ctx); err != nil {
+		if err := s.operate(id, func(k *daemon) error { return k.restore(ctx) }); err != nil {
 			errs = append(errs, err)
 		}
 	}

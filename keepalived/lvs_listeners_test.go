@@ -187,3 +187,76 @@ func TestLVSVIPs(t *testing.T) {
 		t.Fatalf("VIPs = %v", got)
 	}
 }
+
+// Busy is true while a start, restart or restore of the listener's
+// keepalived is under way (the heartbeat then reports its last reading),
+// false the moment it ends, however it ended, and false while the
+// supervisor respawns a keepalived that died on its own.
+func TestLVSBusyDuringOperations(t *testing.T) {
+	e := newFakeEnv(t)
+	s := e.lvs(t)
+	l := s.Layout()
+	ctx := context.Background()
+	hold := filepath.Join(e.dir, "hold")
+	t.Cleanup(func() { os.Remove(hold) })
+	if err := s.Upload(ctx, "l1", []byte(lvsConf)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Busy("l1") {
+		t.Fatal("busy after an upload")
+	}
+	// A slow restart: busy from before keepalived stops until it runs.
+	if err := s.Start(ctx, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(hold, nil, 0o644)
+	done := make(chan error, 1)
+	go func() { done <- s.Restart(ctx, "l1") }()
+	testkit.WaitFor(t, 10*time.Second, "keepalived stopped by the restart", func() bool { return !l.Running("l1") })
+	if !s.Busy("l1") {
+		t.Fatal("not busy while restarting")
+	}
+	os.Remove(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s.Busy("l1") || !l.Running("l1") {
+		t.Fatalf("after the restart: busy %v, running %v", s.Busy("l1"), l.Running("l1"))
+	}
+	// A restart that fails is over once it returned.
+	os.WriteFile(filepath.Join(e.dir, "refuse"), nil, 0o644)
+	if err := s.Restart(ctx, "l1"); err == nil {
+		t.Fatal("restart of a refusing keepalived succeeded")
+	}
+	if s.Busy("l1") {
+		t.Fatal("busy after a failed restart")
+	}
+	os.Remove(filepath.Join(e.dir, "refuse"))
+	testkit.WaitFor(t, 10*time.Second, "keepalived back after the failed restart", func() bool { return l.Running("l1") })
+	// Killed: the respawn is supervision, not an operation.
+	pid, _ := pidfile.Read(l.PidPath("l1"))
+	os.WriteFile(hold, nil, 0o644)
+	syscall.Kill(pid, syscall.SIGKILL)
+	testkit.WaitFor(t, 10*time.Second, "keepalived dead", func() bool { return !l.Running("l1") })
+	if s.Busy("l1") {
+		t.Fatal("busy while keepalived is respawned")
+	}
+	os.Remove(hold)
+	testkit.WaitFor(t, 10*time.Second, "keepalived respawned", func() bool { return l.Running("l1") })
+	// A restore at start-up that starts it again is an operation too.
+	s.Close()
+	pid, _ = pidfile.Read(l.PidPath("l1"))
+	syscall.Kill(-pid, syscall.SIGKILL)
+	testkit.WaitFor(t, 10*time.Second, "keepalived gone", func() bool { return !l.Running("l1") })
+	os.WriteFile(hold, nil, 0o644)
+	s2 := e.lvs(t)
+	go func() { done <- s2.Restore(ctx) }()
+	testkit.WaitFor(t, 10*time.Second, "busy while restoring", func() bool { return s2.Busy("l1") })
+	os.Remove(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s2.Busy("l1") || !l.Running("l1") {
+		t.Fatalf("after the restore: busy %v, running %v", s2.Busy("l1"), l.Running("l1"))
+	}
+}

@@ -31,6 +31,9 @@ type Options struct {
 	// LVS defaults to KernelLVS over base_path/lvs and the IPVS table of
 	// the configured network namespace.
 	LVS LVSSource
+	// LVSBusy is the default LVS source's KernelLVS.Busy: whether the
+	// agent is (re)starting a listener's keepalived.
+	LVSBusy func(id string) bool
 	// ReadRetryBudget bounds the retries of one LB's stats read
 	// (DefaultReadRetryBudget when zero).
 	ReadRetryBudget time.Duration
@@ -113,7 +116,7 @@ func New(o Options) *Sender {
 		s.haproxy = LayoutSource{Layout: haproxy.Layout{Base: s.base}}
 	}
 	if s.lvs == nil {
-		s.lvs = KernelLVS{Layout: keepalived.LVSLayout{Base: s.base}, IPVS: ipvs.Kernel{Namespace: o.Config.Namespace}}
+		s.lvs = &KernelLVS{Layout: keepalived.LVSLayout{Base: s.base}, IPVS: ipvs.Kernel{Namespace: o.Config.Namespace}, Busy: o.LVSBusy}
 	}
 	if s.retryBudget <= 0 {
 		s.retryBudget = DefaultReadRetryBudget

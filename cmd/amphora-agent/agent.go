@@ -187,7 +187,7 @@ func journalSink(log *zap.Logger) journalfwd.Sink {
 // newHeartbeat builds the heartbeat sender, which follows the agent's
 // configuration and forgets load balancers that are gone.
 func newHeartbeat(a *agent.Agent, log *zap.Logger) *health.Sender {
-	hb := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat")})
+	hb := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat"), LVSBusy: a.LVSBusy})
 	a.OnConfig(hb.SetConfig)
 	a.OnLoadBalancerGone(hb.Forget)
 	return hb

@@ -77,6 +77,21 @@ func (r *hbReceiver) next(deadline time.Time) []byte {
 	return buf[:n]
 }
 
+// nextMessage returns the next heartbeat decoded with key, or false at
+// the deadline. A datagram that does not verify with key is a test failure.
+func (r *hbReceiver) nextMessage(deadline time.Time, key string) (health.Message, bool) {
+	r.t.Helper()
+	d := r.next(deadline)
+	if d == nil {
+		return health.Message{}, false
+	}
+	m, err := health.Decode(d, key)
+	if err != nil {
+		r.t.Fatalf("heartbeat does not verify with key %q: %v", key, err)
+	}
+	return m, true
+}
+
 // waitFor reads heartbeats until one decoded with key satisfies cond and
 // returns it with its datagram. Datagrams that do not verify with key are
 // a test failure.

@@ -8,9 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -185,33 +183,4 @@ func TestInteropLVSListeners(t *testing.T) {
 		_, udp := m.Pools[ilUDPPool]
 		return len(m.Listeners) == 1 && !udp
 	})
-}
-
-// lvsPid is the live keepalived of an LVS listener, or 0.
-func lvsPid(dir, id string) int {
-	data, err := os.ReadFile(filepath.Join(dir, "octavia-keepalivedlvs-"+id+".pid"))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || syscall.Kill(pid, 0) != nil {
-		return 0
-	}
-	return pid
-}
-
-// killLVSKeepalived stops the listeners' keepalived left behind by a
-// failed test: they outlive the agent by design.
-func killLVSKeepalived(t *testing.T, dir string) {
-	matches, _ := filepath.Glob(filepath.Join(dir, "octavia-keepalivedlvs-*.pid"))
-	for _, p := range matches {
-		if strings.Count(filepath.Base(p), ".") != 1 {
-			continue
-		}
-		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "octavia-keepalivedlvs-"), ".pid")
-		if pid := lvsPid(dir, id); pid != 0 {
-			t.Logf("killing keepalived %d of listener %s", pid, id)
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
 }

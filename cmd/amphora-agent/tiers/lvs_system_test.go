@@ -8,9 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 )
 
@@ -128,4 +132,102 @@ func TestLVSListenerUploadAndDelete(t *testing.T) {
 	if status, _, _ = e.Do("DELETE", "/1.0/listeners/"+id, nil); status != 200 {
 		t.Fatalf("second delete: %d", status)
 	}
+}
+
+// A controller's reload restarts a UDP listener's keepalived; the
+// heartbeats taken while it is down (here 4 s: the keepalived_cmd wrapper
+// sleeps before it starts keepalived --vrrp, which needs no IPVS) still
+// carry the listener, so the health manager does not write it OFFLINE.
+// A restart that fails leaves it out of the heartbeats at once.
+func TestLVSHeartbeatDuringRestart(t *testing.T) {
+	const id, key = "5b6c7d8e-9f0a-4b1c-8d2e-3f4a5b6c7d90", "lvs-restart"
+	hm := newHBReceiver(t)
+	e := testenv.New(t)
+	slow, refuse := e.Path("slow"), e.Path("refuse")
+	wrapper := e.Path("keepalived")
+	// Each wrapper notes its pid, which keepalived keeps (exec): one still
+	// asleep when the test ends must not start a keepalived behind it.
+	pids := e.Path("wrapper.pids")
+	script := fmt.Sprintf("#!/bin/sh\necho $$ >> %s\n[ -e %s ] && exit 1\n[ -e %s ] && sleep 4\nexec /usr/sbin/keepalived --vrrp \"$@\"\n",
+		pids, refuse, slow)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		data, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(data)) {
+			pid, _ := strconv.Atoi(f)
+			if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); pid > 0 && err == nil && strings.Contains(string(cmd), e.Dir) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	e.Extra = fmt.Sprintf("[amphora_agent]\nkeepalived_cmd = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = %s\n",
+		wrapper, hm.addr(), key)
+	e.Start()
+	t.Cleanup(func() { killLVSKeepalived(t, e.Path("lib", "lvs")) })
+	if status, _, body := e.Do("PUT", "/1.0/listeners/"+e.AmphoraID+"/"+id+"/udp_listener", []byte(lvsConfig(e, id))); status != 200 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+id+"/start", nil); status != 202 {
+		t.Fatalf("start: %d %s\n%s", status, body, e.Output())
+	}
+	carries := func(m health.Message) bool { _, ok := m.Listeners[id]; return ok }
+	hm.waitFor(hbWait, key, "the UDP listener", carries)
+
+	reload := func() <-chan int {
+		done := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest("PUT", e.URL("/1.0/loadbalancer/"+id+"/reload"), nil)
+			resp, err := e.Client().Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		return done
+	}
+	os.WriteFile(slow, nil, 0o644)
+	done := reload()
+	deadline := time.Now().Add(hbWait)
+	var during, down int
+	for status := 0; status == 0; {
+		select {
+		case status = <-done:
+			if status != 202 {
+				t.Fatalf("slow reload: %d\n%s", status, e.Output())
+			}
+			continue
+		default:
+		}
+		m, ok := hm.nextMessage(time.Now().Add(2*time.Second), key)
+		if time.Now().After(deadline) {
+			t.Fatal("the slow reload did not end")
+		}
+		if !ok {
+			continue
+		}
+		during++
+		if lvsPid(e.Path("lib", "lvs"), id) == 0 {
+			down++
+		}
+		if !carries(m) {
+			t.Fatalf("heartbeat %d during the restart left the listener out: %+v", during, m.Listeners)
+		}
+	}
+	if down < 2 {
+		t.Fatalf("only %d of %d heartbeats came while keepalived was down", down, during)
+	}
+	os.Remove(slow)
+	hm.waitFor(hbWait, key, "the UDP listener after the restart", carries)
+
+	// A keepalived that does not come back is left out once the reload
+	// failed.
+	os.WriteFile(refuse, nil, 0o644)
+	if status := <-reload(); status != 500 {
+		t.Fatalf("failing reload: %d", status)
+	}
+	hm.waitFor(hbWait, key, "no UDP listener after a failed restart", func(m health.Message) bool { return !carries(m) })
 }

@@ -1,9 +1,14 @@
-//go:build interop || vm
+//go:build system || interop || vm
 
 package tiers_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -48,4 +53,33 @@ func lvsSpecArg(t *testing.T, ls ...lvsListener) string {
 // configs the driver uploaded, by listener id.
 type lvsCreateResult struct {
 	LVSConfigs map[string]string `json:"lvs_configs"`
+}
+
+// lvsPid is the live keepalived of an LVS listener, or 0.
+func lvsPid(dir, id string) int {
+	data, err := os.ReadFile(filepath.Join(dir, "octavia-keepalivedlvs-"+id+".pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// killLVSKeepalived stops the listeners' keepalived left behind by a
+// failed test: they outlive the agent by design.
+func killLVSKeepalived(t *testing.T, dir string) {
+	matches, _ := filepath.Glob(filepath.Join(dir, "octavia-keepalivedlvs-*.pid"))
+	for _, p := range matches {
+		if strings.Count(filepath.Base(p), ".") != 1 {
+			continue
+		}
+		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "octavia-keepalivedlvs-"), ".pid")
+		if pid := lvsPid(dir, id); pid != 0 {
+			t.Logf("killing keepalived %d of listener %s", pid, id)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
