@@ -91,7 +91,7 @@ test-cloud: deps-cloud deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-cloud: skipped: needs root (namespaces, bridges, VMs)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-cloud: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
 	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
-		$(GO) test -count=1 -tags cloud -p 1 -timeout $(CLOUD_TIMEOUT) -run '$(CLOUD_RUN)' -v ./cmd/amphora-agent/tiers/ 2>&1 | grep --line-buffered -v '^=== '
+		$(GO) test -count=1 -tags cloud -p 1 -timeout $(CLOUD_TIMEOUT) -run '$(value CLOUD_RUN)' -v ./cmd/amphora-agent/tiers/ 2>&1 | grep --line-buffered -v '^=== '
 
 # The amphora base image (Debian bookworm; cached by its inputs, so a
 # second run prints the cached one). Prints its folder, size and build time.
