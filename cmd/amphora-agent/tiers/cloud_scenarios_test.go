@@ -352,7 +352,8 @@ func TestCloudScenarios(t *testing.T) {
 
 // checkCreate: the create left one server whose VM holds the VIP, whose
 // config drive carries what Nova would write (network_data.json for the
-// management port, Octavia's user data, which cloud-init ran), and whose
+// management port, Octavia's user data, which cloud-init ran, and the
+// worker's files, which cloud-init wrote), and whose
 // agent answered the worker's requests; it logs the time to ACTIVE and
 // the agent's share of it (from its journal: first request to last
 // answer; the rest is the VM booting).
@@ -384,6 +385,28 @@ func (s *scene) checkCreate(t *testing.T, took time.Duration, accel string) {
 		t.Errorf("network_data.json on the config drive does not describe the management port %s by DHCP: %s", mac, nd)
 	}
 	checkUserData(t, v, server.UserData)
+	checkDriveFiles(t, v, server.Files)
+}
+
+// checkDriveFiles: every file the worker put on the config drive is on
+// the amphora byte for byte, written by cloud-init (amphora-config-drive,
+// the package's own writer, stepped aside).
+func checkDriveFiles(t *testing.T, v *vm.VM, files map[string][]byte) {
+	t.Helper()
+	for _, path := range []string{"/etc/octavia/amphora-agent.conf", "/etc/octavia/certs/server.pem",
+		"/etc/octavia/certs/client_ca.pem", "/etc/rsyslog.d/10-rsyslog.conf"} {
+		content, ok := files[path]
+		if !ok {
+			t.Fatalf("the worker put no %s on the config drive (%d files)", path, len(files))
+		}
+		sum := sha256.Sum256(content)
+		if got, _, _ := strings.Cut(v.MustExec("sha256sum "+path), " "); got != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s on the amphora differs from the config drive's", path)
+		}
+	}
+	if r := strings.TrimSpace(v.MustExec("systemctl show -p ConditionResult --value amphora-config-drive.service")); r != "no" {
+		t.Errorf("amphora-config-drive ran beside cloud-init (ConditionResult=%s)", r)
+	}
 }
 
 // checkUserData: Octavia's user data (ComputeCreate's cloud-config:
