@@ -17,23 +17,21 @@ import (
 
 // TestVMCloudInit: the image boots as Nova boots it (the BIOS, the disk's
 // boot loader) and cloud-init applies what Octavia's ComputeCreate task
-// asked Nova for with user_data_config_drive: the files (the agent's
-// config and certificates, rsyslog's config) from the user data, runcmd,
-// the timezone, and from the metadata the hostname and the SSH key. The
+// asked Nova for, in both user_data_config_drive modes: the files (the
+// agent's config and certificates, rsyslog's config), runcmd, the
+// timezone, and from the metadata the hostname and the SSH key. The
 // management NIC sits in a PCI slot other than the harness's default and
-// gets its addresses by DHCPv4 and router advertisements. The default
-// mode (files on the config drive, user data with runcmd) is what the
-// cloud tier's amphorae boot with, from Octavia's own worker
-// (TestCloudScenarios checks the files, the user data and runcmd), so it
-// is not booted here again.
+// gets its addresses by DHCPv4 and router advertisements.
 func TestVMCloudInit(t *testing.T) {
 	requireOctavia(t)
 	modes := []struct {
 		name string
 		c    vmCreate
 	}{
+		{"config-drive-files", vmCreate{UserDataConfigDrive: false, Timezone: "America/Denver", ManagementSlot: 9}},
 		{"user-data-config-drive", vmCreate{UserDataConfigDrive: true, Timezone: "Asia/Tokyo", ManagementSlot: 17}},
 	}
+	// Both VMs boot together: a boot is mostly waiting on an emulated CPU.
 	amps := make([]*amphora, len(modes))
 	for i, m := range modes {
 		amps[i] = createAmphora(t, "amp-ci-"+strconv.Itoa(i), "SINGLE", m.c)
