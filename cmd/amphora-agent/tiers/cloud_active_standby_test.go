@@ -31,6 +31,11 @@ const heartbeatFresh = 30 * time.Second
 // through the VIP, and both amphorae's heartbeats keeping their
 // amphora_health rows fresh; the cascade delete removes both VMs.
 func TestCloudActiveStandby(t *testing.T) {
+	// Two more VM boots (about 6 minutes) do not fit make test's budget
+	// until issue 27's scenarios replace the VM tier's ACTIVE_STANDBY test.
+	if os.Getenv("CLOUD_ACTIVE_STANDBY") != "1" {
+		t.Skip("set CLOUD_ACTIVE_STANDBY=1 to run (two amphora VMs, about 6 minutes)")
+	}
 	deb := os.Getenv("AMPHORA_AGENT_DEB")
 	if deb == "" {
 		t.Fatal("AMPHORA_AGENT_DEB is not set (make test-cloud builds the package and sets it)")
