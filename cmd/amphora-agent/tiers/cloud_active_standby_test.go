@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/cloud"
-	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vm"
 )
 
@@ -36,16 +35,12 @@ func TestCloudActiveStandby(t *testing.T) {
 	if os.Getenv("CLOUD_ACTIVE_STANDBY") != "1" {
 		t.Skip("set CLOUD_ACTIVE_STANDBY=1 to run (two amphora VMs, about 6 minutes)")
 	}
-	deb := os.Getenv("AMPHORA_AGENT_DEB")
-	if deb == "" {
-		t.Fatal("AMPHORA_AGENT_DEB is not set (make test-cloud builds the package and sets it)")
-	}
-	img := vm.BuildImage(t)
+	boot := amphoraVMs(t)
 	begin := time.Now()
-	cp := cloud.Start(t, cloud.Options{VMs: &cloud.AmphoraVMs{Image: img, Package: deb},
+	cp := cloud.Start(t, cloud.Options{VMs: boot,
 		Extra: "[nova]\nenable_anti_affinity = True\n"})
 	t.Logf("control plane up in %.1fs: %s", time.Since(begin).Seconds(), strings.Join(cp.Timings, ", "))
-	s := &scene{cp: cp, client: cp.NS.HTTPClient(false), http: map[string]*topo.Server{}, names: map[string]string{}}
+	s := newScene(cp)
 
 	profile := s.cli(t, "loadbalancer", "flavorprofile", "create", "--name", "fp-as-vms", "--provider", "amphora",
 		"--flavor-data", `{"loadbalancer_topology": "ACTIVE_STANDBY"}`, "-f", "value", "-c", "id")
@@ -60,7 +55,7 @@ func TestCloudActiveStandby(t *testing.T) {
 		"name": "lb-as-vms", "vip_subnet_id": cp.VIPSubnet.ID, "flavor_id": flavor}}, &resp)
 	s.lb = waitLB(t, cp, resp.LB.ID, "ACTIVE", 25*time.Minute)
 	s.names[s.lb.ID] = "lb"
-	t.Logf("ACTIVE_STANDBY create → ACTIVE in %.1fs (%s)", time.Since(created).Seconds(), vm.Accel(img))
+	t.Logf("ACTIVE_STANDBY create → ACTIVE in %.1fs (%s)", time.Since(created).Seconds(), vm.Accel(boot.Image))
 	defer s.logVMState(t)
 	if s.lb.OperatingStatus != "ONLINE" {
 		t.Errorf("operating status %s after the create, want ONLINE", s.lb.OperatingStatus)

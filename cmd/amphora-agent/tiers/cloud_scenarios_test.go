@@ -285,6 +285,23 @@ func slowMember(name string) http.Handler {
 	})
 }
 
+// amphoraVMs is what the compute driver boots: the VM tier's image with
+// the package under test (make test-cloud builds it and names it in
+// AMPHORA_AGENT_DEB).
+func amphoraVMs(t *testing.T) *cloud.AmphoraVMs {
+	t.Helper()
+	deb := os.Getenv("AMPHORA_AGENT_DEB")
+	if deb == "" {
+		t.Fatal("AMPHORA_AGENT_DEB is not set (make test-cloud builds the package and sets it)")
+	}
+	return &cloud.AmphoraVMs{Image: vm.BuildImage(t), Package: deb}
+}
+
+// newScene is a scene on cp with no load balancer yet.
+func newScene(cp *cloud.ControlPlane) *scene {
+	return &scene{cp: cp, client: cp.NS.HTTPClient(false), http: map[string]*topo.Server{}, names: map[string]string{}}
+}
+
 // TestCloudScenarios drives one SINGLE load balancer on one amphora VM
 // through what users do with it, each scenario a subtest asserting the
 // API's provisioning and operating statuses and the traffic through the
@@ -294,20 +311,16 @@ func slowMember(name string) http.Handler {
 // timeout), a TERMINATED_HTTPS listener with SNI, UDP and SCTP listeners with their monitors, a PING monitor,
 // single deletes, and the cascade delete leaving nothing in the database.
 func TestCloudScenarios(t *testing.T) {
-	deb := os.Getenv("AMPHORA_AGENT_DEB")
-	if deb == "" {
-		t.Fatal("AMPHORA_AGENT_DEB is not set (make test-cloud builds the package and sets it)")
-	}
-	img := vm.BuildImage(t)
+	boot := amphoraVMs(t)
 	// Housekeeping purges deleted load balancers and amphorae at once, so
 	// the cascade delete's database check can wait for an empty database.
-	cp := cloud.Start(t, cloud.Options{VMs: &cloud.AmphoraVMs{Image: img, Package: deb},
+	cp := cloud.Start(t, cloud.Options{VMs: boot,
 		Extra: "[house_keeping]\ncleanup_interval = 5\namphora_expiry_age = 1\nload_balancer_expiry_age = 1\n"})
 	created := time.Now()
-	s := &scene{cp: cp, client: cp.NS.HTTPClient(false), http: map[string]*topo.Server{}, names: map[string]string{}}
+	s := newScene(cp)
 	s.lb = waitLB(t, cp, createLB(t, cp, "lb-scenes"), "ACTIVE", 20*time.Minute)
 	s.names[s.lb.ID] = "lb"
-	s.checkCreate(t, time.Since(created), vm.Accel(img))
+	s.checkCreate(t, time.Since(created), vm.Accel(boot.Image))
 
 	for i, addr := range []string{sceneMember1, sceneMember2, sceneMember3} {
 		name := fmt.Sprintf("member-%d", i+1)

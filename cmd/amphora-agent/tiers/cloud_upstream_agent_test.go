@@ -88,15 +88,11 @@ func TestCloudUpstreamAgent(t *testing.T) {
 	if os.Getenv("CLOUD_UPSTREAM_AGENT") != "1" {
 		t.Skip("set CLOUD_UPSTREAM_AGENT=1 to compare with Debian's octavia-agent (builds a second image)")
 	}
-	deb := os.Getenv("AMPHORA_AGENT_DEB")
-	if deb == "" {
-		t.Fatal("AMPHORA_AGENT_DEB is not set (make test-cloud builds the package and sets it)")
-	}
-	img := vm.BuildImage(t)
+	boot := amphoraVMs(t)
 	upstream := vm.BuildImageVariant(t, upstreamAgentTag)
-	t.Logf("images: %s; %s", img.Info, upstream.Info)
-	cp := cloud.Start(t, cloud.Options{VMs: &cloud.AmphoraVMs{Image: img, Package: deb,
-		Variants: map[string]vm.Image{upstreamAgentTag: upstream}}})
+	t.Logf("images: %s; %s", boot.Image.Info, upstream.Info)
+	boot.Variants = map[string]vm.Image{upstreamAgentTag: upstream}
+	cp := cloud.Start(t, cloud.Options{VMs: boot})
 
 	// An operator's flavor for the Python agent's image, made with the CLI.
 	if _, err := cp.OpenStack("loadbalancer", "flavorprofile", "create", "--name", "fp-"+upstreamAgentTag,
@@ -126,7 +122,7 @@ func TestCloudUpstreamAgent(t *testing.T) {
 	}
 	waitBothActive(t, cp, sides, created)
 	t.Logf("create → ACTIVE, both created at once (%s): ours %.1fs, upstream's Python agent %.1fs",
-		vm.Accel(img), sides[0].active.Seconds(), sides[1].active.Seconds())
+		vm.Accel(boot.Image), sides[0].active.Seconds(), sides[1].active.Seconds())
 	findVMs(t, cp, sides)
 
 	for _, addr := range []string{sceneMember1, sceneMember2} {
