@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/tick"
 )
 
 // fake counts what a Trimmer asks and does.
@@ -22,6 +24,10 @@ type fake struct {
 
 func (f *fake) start(t *testing.T, o Options) *Trimmer {
 	t.Helper()
+	// The periodic check ticks at this process's random phase within a
+	// second of the bubble's start; starting on an instant of the period
+	// puts its first tick a whole period away from the test's steps.
+	time.Sleep(time.Until(tick.Next(time.Now(), o.Every)))
 	o.Reclaimable = func() uint64 { f.asked.Add(1); return f.reclaimable.Load() }
 	o.Release = func() {
 		if f.onRelease != nil {
