@@ -34,15 +34,23 @@ upstream-agent) hooks=(--customize-hook="$here/variants/$variant/customize.sh \"
 esac
 key=$(cat "$0" "$here"/files/* ${variant:+"$here/variants/$variant"/*} | sha256sum | cut -c1-16)
 out=$cache/${variant:+$variant-}$key
-if [ -f "$out/base.qcow2" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
-	echo "$out"
-	exit 0
-fi
+cached() {
+	if [ -f "$out/base.qcow2" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
+		echo "$out"
+		exit 0
+	fi
+}
+cached
+mkdir -p "$cache"
+# make test runs the VM and cloud tiers side by side and both ask for the
+# image: one builds it while the other waits here, then finds it cached.
+exec 9>"$cache/.build-${variant:-base}.lock"
+flock 9
+cached
 for tool in mmdebstrap mkfs.ext4 qemu-img; do
 	command -v "$tool" >/dev/null || { echo "build.sh: $tool is missing (make deps installs it)" >&2; exit 1; }
 done
 
-mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work/root
