@@ -64,10 +64,11 @@ test: deps deps-cloud vet build test-unit test-system demo test-interop test-vm-
 
 # The VM and cloud tiers side by side: both mostly wait on QEMU (TCG, one
 # vCPU per VM), so on two cores they finish well before one after the
-# other would. Their lines interleave whole; each test's name is on its
-# result line. The image build is shared (build.sh takes a lock).
+# other would. Their lines interleave whole (both filter line-buffered);
+# each test's name is on its result line, each log line names its file.
+# The image build is shared (build.sh takes a lock).
 test-vm-cloud:
-	$(MAKE) --no-print-directory -j2 --output-sync=line test-vm test-cloud
+	$(MAKE) --no-print-directory -j2 test-vm test-cloud
 
 test-unit:
 	$(GO) test -race -count=1 ./...
@@ -92,7 +93,7 @@ test-interop: build
 # make test runs it after the VM tier (whose image it boots). CLOUD_RUN
 # picks tests (a -run pattern). The amphora VMs get the package built
 # here (deb) on the VM tier's image.
-CLOUD_TIMEOUT ?= 30m
+CLOUD_TIMEOUT ?= 35m
 CLOUD_RUN ?= Cloud
 test-cloud: deps-cloud deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-cloud: skipped: needs root (namespaces, bridges, VMs)"; exit 0; fi; \
@@ -109,12 +110,12 @@ image:
 # cached by its inputs (cmd/amphora-agent/packaging/image/build.sh); the package
 # under test is installed at boot. AMPHORA_VM_POWER_CYCLES (environment)
 # sets the power-loss test's count; 10 needs VM_TIMEOUT=60m.
-VM_TIMEOUT ?= 25m
+VM_TIMEOUT ?= 35m
 test-vm: deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-vm: skipped: needs root (taps, namespaces)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-vm: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
 	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
-		$(GO) test -count=1 -tags vm -p 1 -timeout $(VM_TIMEOUT) -run VM -v ./cmd/amphora-agent/tiers/ 2>&1 | grep -v '^=== '
+		$(GO) test -count=1 -tags vm -p 1 -timeout $(VM_TIMEOUT) -run VM -v ./cmd/amphora-agent/tiers/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Speed and memory figures, printed, never asserted: the cost of one
 # heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed
