@@ -82,6 +82,7 @@ type Agent struct {
 
 	versionsOnce sync.Once
 	versionsDone chan struct{}
+	versionsMu   sync.Mutex // held while versions is read or looked up again
 	versions     sysinfo.Versions
 
 	watchMu  sync.Mutex
@@ -240,14 +241,38 @@ func (a *Agent) Start(ctx context.Context) {
 	})
 }
 
+// packageVersions answers the versions looked up at start-up. A version
+// that lookup missed (its query timed out on an amphora booting on a busy
+// host) is looked up again on each request until found: Octavia cannot
+// parse an empty haproxy_version, and skips the amphora's listeners
+// (seen in a failover under the cloud tier).
 func (a *Agent) packageVersions(ctx context.Context) (sysinfo.Versions, error) {
 	a.Start(context.WithoutCancel(ctx))
 	select {
 	case <-a.versionsDone:
-		return a.versions, nil
 	case <-ctx.Done():
 		return sysinfo.Versions{}, ctx.Err()
 	}
+	a.versionsMu.Lock()
+	defer a.versionsMu.Unlock()
+	if v := a.versions; v.HAProxy == "" || v.Keepalived == "" || v.IPVSAdm == "" {
+		again := sysinfo.LookupVersions(ctx, a.runner, a.osRel, a.Config().HAProxyCmd)
+		for _, f := range []struct {
+			have  *string
+			found string
+		}{
+			{&a.versions.HAProxy, again.HAProxy}, {&a.versions.Keepalived, again.Keepalived}, {&a.versions.IPVSAdm, again.IPVSAdm},
+		} {
+			if *f.have == "" && f.found != "" {
+				*f.have = f.found
+			}
+		}
+		if a.versions != v {
+			a.log.Info("package versions found again", zap.String("haproxy", a.versions.HAProxy),
+				zap.String("keepalived", a.versions.Keepalived), zap.String("ipvsadm", a.versions.IPVSAdm))
+		}
+	}
+	return a.versions, nil
 }
 
 // Config is the configuration in force.

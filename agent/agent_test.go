@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,6 +126,49 @@ func TestInfoStripsHAProxyEpochOnly(t *testing.T) {
 	if info.HAProxyVersion != "2.6.12-1+deb12u1" || info.KeepalivedVersion != "1:2.2.7-1+b2" ||
 		info.IPVSAdmVersion != "1:1.31-1+b1" || info.APIVersion != "1.0" || info.Hostname == "" {
 		t.Fatalf("info = %+v", info)
+	}
+}
+
+// slowStartRunner times out every query until ready is set, as dpkg-query
+// and haproxy -v did on an amphora booting on a busy host.
+type slowStartRunner struct {
+	fakeRunner
+	ready *atomic.Bool
+}
+
+func (r slowStartRunner) Output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	if !r.ready.Load() {
+		return nil, context.DeadlineExceeded
+	}
+	return r.fakeRunner.Output(ctx, name, args...)
+}
+
+func (r slowStartRunner) CombinedOutput(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return r.Output(ctx, name, args...)
+}
+
+// TestInfoLooksUpMissedVersionsAgain: versions the start-up lookup missed
+// are looked up again by a later /info, which then reports them (Octavia
+// cannot parse an empty haproxy_version and skips such an amphora's
+// listeners).
+func TestInfoLooksUpMissedVersionsAgain(t *testing.T) {
+	f := newFixture(t)
+	var ready atomic.Bool
+	f.a.runner = slowStartRunner{ready: &ready}
+	info, err := f.a.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.HAProxyVersion != "" {
+		t.Fatalf("every query timed out, yet haproxy_version %q", info.HAProxyVersion)
+	}
+	ready.Store(true)
+	info, err = f.a.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.HAProxyVersion != "2.6.12-1+deb12u1" || info.KeepalivedVersion != "1:2.2.7-1+b2" || info.IPVSAdmVersion != "1:1.31-1+b1" {
+		t.Fatalf("after the queries answer again: %+v, want the versions found", info)
 	}
 }
 

@@ -1,0 +1,250 @@
+//go:build cloud
+
+package tiers_test
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/cloud"
+)
+
+// asHeartbeatTimeout is [health_manager] heartbeat_timeout for
+// TestCloudActiveStandby: shorter than the cloud tier's 60 s, so a dead
+// amphora is failed over sooner. Not shorter: the health manager drops a
+// heartbeat it processes over heartbeat_interval (5 s) late, and at 20 s
+// an overloaded machine (load 19) had it fail a live MASTER over.
+const asHeartbeatTimeout = 45 * time.Second
+
+// takeoverLimit bounds one interruption of the traffic through the VIP
+// while VRRP moves it: keepalived's master-down interval (three 1 s
+// adverts), its gratuitous ARPs, and an emulated CPU shared with other
+// tests.
+const takeoverLimit = 15 * time.Second
+
+// failoverBuild bounds a failover flow that boots one amphora VM under
+// TCG on a shared machine; a load balancer failover boots two in turn.
+const failoverBuild = 15 * time.Minute
+
+// steady is HTTP and UDP traffic through the VIP from the controller's
+// namespace (the client side of the VIP network): one request and one
+// datagram every 100 ms, each given up after 1 s, for at most an hour.
+type steady struct {
+	http, udp *cloud.Traffic
+}
+
+func (s *scene) startSteady(t *testing.T) *steady {
+	t.Helper()
+	quick := *s
+	client := *s.client
+	client.Timeout = time.Second
+	quick.client = &client
+	get := quick.httpAsk(80, "/")
+	const every, limit = 100 * time.Millisecond, 36000
+	st := &steady{
+		http: cloud.StartTraffic(func() error {
+			got, err := get()
+			if err == nil && !strings.HasPrefix(got, "member-") {
+				err = fmt.Errorf("answered %q", got)
+			}
+			return err
+		}, every, limit),
+		udp: cloud.StartTraffic(func() error {
+			got, err := s.cp.NS.UDPAsk(net.JoinHostPort(s.lb.VIPAddress, fmt.Sprint(sceneUDP)), []byte("ping"), time.Second)
+			if err == nil && !strings.HasPrefix(got, "udp-member-") {
+				err = fmt.Errorf("answered %q", got)
+			}
+			return err
+		}, every, limit),
+	}
+	t.Cleanup(st.stop)
+	return st
+}
+
+func (st *steady) stop() {
+	st.http.Stop()
+	st.udp.Stop()
+}
+
+// waitBack waits until the HTTP traffic sent since from is answered
+// again after its first outage (or went on without one) and returns how
+// long after from the first good answer came.
+func (st *steady) waitBack(t *testing.T, from time.Time) time.Duration {
+	t.Helper()
+	var s cloud.TrafficStats
+	cloud.WaitFor(t, 2*time.Minute, "HTTP through the VIP answered again", func() bool {
+		s = st.http.Since(from)
+		return len(s.Outages) > 0 && s.Outages[0].Over() || len(s.Outages) == 0 && s.Asked >= 30
+	})
+	if len(s.Outages) == 0 {
+		return 0
+	}
+	return s.Outages[0].To.Sub(from)
+}
+
+// waitReplaced waits until the load balancer is ACTIVE with two
+// amphorae of which n are not among old (an ERROR fails the test), and
+// returns the amphorae and when the load balancer was first seen not
+// ACTIVE (zero when never).
+func (s *scene) waitReplaced(t *testing.T, what string, old []apiAmphora, n int, timeout time.Duration) ([]apiAmphora, time.Time) {
+	t.Helper()
+	var now []apiAmphora
+	var busy time.Time
+	cloud.WaitFor(t, timeout, what, func() bool {
+		lb := waitLBNoError(t, s.cp, s.lb.ID)
+		if lb.ProvisioningStatus != "ACTIVE" {
+			if busy.IsZero() {
+				busy = time.Now()
+			}
+			return false
+		}
+		now = amphoraeOf(t, s, s.lb.ID)
+		return len(now) == 2 && len(replaced(old, now)) == n
+	})
+	return now, busy
+}
+
+// checkPair asserts what a healthy pair shows after a failover: a MASTER
+// and a BACKUP in the API on the VIP network, replaced the ones in gone,
+// both VRRP ports on br-vip, each amphora with the listeners' configs and
+// a keepalived naming its peer, exactly one VIP holder (returned).
+func (s *scene) checkPair(t *testing.T, old, now, gone []apiAmphora) apiAmphora {
+	t.Helper()
+	checkAmphorae(t, s.cp, now, s.lb, "BACKUP", "MASTER")
+	var want, got []string
+	for _, a := range gone {
+		want = append(want, a.ID)
+	}
+	for _, a := range replaced(old, now) {
+		got = append(got, a.ID)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("replaced %v, want %v", got, want)
+	}
+	checkVRRPPorts(t, s.cp, now)
+	s.checkConfigs(t, now)
+	return vipHolder(t, s, now)
+}
+
+// operatorFailover runs an operator's failover command (do) under the
+// steady traffic and waits for ACTIVE with the amphorae in gone replaced;
+// it prints the time and what the traffic met, and fails on an outage
+// longer than a VRRP takeover or on more outages than the VIP can have
+// moved (away from and back to each replaced amphora).
+func (s *scene) operatorFailover(t *testing.T, tr *steady, what string, gone []apiAmphora, do func()) {
+	t.Helper()
+	old := amphoraeOf(t, s, s.lb.ID)
+	worker := s.serviceLog("octavia-worker")
+	before := fileSize(worker)
+	from := time.Now()
+	do()
+	now, busy := s.waitReplaced(t, what+": ACTIVE with the amphorae replaced", old, len(gone),
+		time.Duration(len(gone))*failoverBuild)
+	took := time.Since(from)
+	holder := s.checkPair(t, old, now, gone)
+	h, u := tr.http.Since(from), tr.udp.Since(from)
+	t.Logf("%s → ACTIVE in %.1fs (PENDING_UPDATE seen %v); VIP on the %s; HTTP: %v; UDP: %v",
+		what, took.Seconds(), !busy.IsZero(), holder.Role, h, u)
+	if failed := flowFailures(worker, before); failed != "" {
+		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
+	}
+	if len(h.Outages) > 2*len(gone) || h.Longest() >= takeoverLimit {
+		t.Errorf("%s: HTTP through the VIP had %d outages (at most %d VRRP moves), longest %.1fs (a takeover: under %v): %+v",
+			what, len(h.Outages), 2*len(gone), h.Longest().Seconds(), takeoverLimit, h.Outages)
+	}
+}
+
+// operatorFailovers: an amphora failover of the MASTER, then a failover
+// of the whole load balancer, each under steady traffic.
+func (s *scene) operatorFailovers(t *testing.T) {
+	defer s.logVMState(t)
+	amps := amphoraeOf(t, s, s.lb.ID)
+	tr := s.startSteady(t)
+	master := amps[1]
+	s.operatorFailover(t, tr, "amphora failover (MASTER)", []apiAmphora{master}, func() {
+		s.cli(t, "loadbalancer", "amphora", "failover", master.ID)
+	})
+	s.operatorFailover(t, tr, "load balancer failover", amphoraeOf(t, s, s.lb.ID), func() {
+		s.cli(t, "loadbalancer", "failover", s.lb.ID)
+	})
+	tr.stop()
+	t.Logf("all the operator failovers: HTTP %v; UDP %v", tr.http.Since(time.Time{}), tr.udp.Since(time.Time{}))
+}
+
+// powerLoss cuts the power of the amphora dead under steady traffic:
+// when it held the VIP, traffic comes back through the other amphora
+// (time printed), which holds the VIP; the health manager finds the dead
+// one's heartbeat stale and fails it over: ACTIVE with a new amphora in
+// its place, the pair as checkPair wants it. HTTP through the VIP fails
+// at most in one VRRP takeover and never after it. It returns the
+// amphorae afterwards.
+func (s *scene) powerLoss(t *testing.T, tr *steady, what string, dead apiAmphora) []apiAmphora {
+	t.Helper()
+	old := amphoraeOf(t, s, s.lb.ID)
+	survivor := old[0]
+	if survivor.ID == dead.ID {
+		survivor = old[1]
+	}
+	held := vipHolder(t, s, old).ID == dead.ID
+	worker := s.serviceLog("octavia-worker")
+	before := fileSize(worker)
+	off := time.Now()
+	s.cp.VMs()[dead.ComputeID].PowerOff()
+	back := tr.waitBack(t, off)
+	holder := vipHolder(t, s, []apiAmphora{survivor})
+	t.Logf("%s: the %s amphora %s (VIP holder %v) powered off; HTTP answered again after %.1fs through the %s",
+		what, dead.Role, dead.ID, held, back.Seconds(), holder.Role)
+
+	now, busy := s.waitReplaced(t, what+": the health manager's failover ACTIVE", old, 1, failoverBuild)
+	took := time.Since(off)
+	newHolder := s.checkPair(t, old, now, []apiAmphora{dead})
+	h, u := tr.http.Since(off), tr.udp.Since(off)
+	began := "never seen"
+	if !busy.IsZero() {
+		began = fmt.Sprintf("%.1fs", busy.Sub(off).Seconds())
+	}
+	t.Logf("%s: failover began %s after the power-off (heartbeat_timeout %v), ACTIVE after %.1fs; VIP on the %s; "+
+		"HTTP: %v, %d failed after it came back; UDP: %v", what, began, asHeartbeatTimeout, took.Seconds(),
+		newHolder.Role, h, h.FailedAfter(), u)
+	if failed := flowFailures(worker, before); failed != "" {
+		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
+	}
+	if len(h.Outages) > 1 || h.Longest() >= takeoverLimit || h.FailedAfter() != 0 {
+		t.Errorf("%s: HTTP through the VIP had outages %+v; want at most one VRRP takeover, under %v, and no failure after it",
+			what, h.Outages, takeoverLimit)
+	}
+	return now
+}
+
+// masterDies: the VIP holder (the MASTER) loses power and the health
+// manager replaces it; then the other original amphora, which took the
+// VIP, loses power: the replacement takes the VIP, and the health
+// manager replaces the second one as well.
+func (s *scene) masterDies(t *testing.T) {
+	defer s.logVMState(t)
+	tr := s.startSteady(t)
+	amps := amphoraeOf(t, s, s.lb.ID)
+	master := vipHolder(t, s, amps)
+	first := s.powerLoss(t, tr, "MASTER power loss", master)
+	var other apiAmphora
+	for _, a := range first {
+		if slices.ContainsFunc(amps, func(o apiAmphora) bool { return o.ID == a.ID }) {
+			other = a
+		}
+	}
+	if other.ID == "" {
+		t.Fatalf("no original amphora left among %+v", first)
+	}
+	second := s.powerLoss(t, tr, "the other original amphora's power loss", other)
+	if r := replaced(first, second); len(r) != 1 || r[0].ID != other.ID {
+		t.Errorf("the second power loss replaced %+v, want %s", r, other.ID)
+	}
+	tr.stop()
+	t.Logf("both power losses: HTTP %v; UDP %v", tr.http.Since(time.Time{}), tr.udp.Since(time.Time{}))
+}

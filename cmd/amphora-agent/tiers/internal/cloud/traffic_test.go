@@ -1,0 +1,66 @@
+package cloud
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestTrafficOutages: failed asks group into outages that run from the
+// last good answer (also one before the span asked about) to the next;
+// FailedAfter counts only the failures after the first outage; an
+// outage with no good answer after it is not over.
+func TestTrafficOutages(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lost := errors.New("timeout")
+	ask := func(ms int, err error) trafficSample { return trafficSample{at(ms), at(ms + 10), err} }
+	samples := []trafficSample{
+		ask(0, lost), ask(100, nil), ask(200, nil), // before the span
+		ask(300, lost), ask(400, lost), ask(500, nil), // 210 → 510
+		ask(600, nil), ask(700, lost), ask(800, nil), // 610 → 810
+		ask(900, lost),
+	}
+	s := summarise(samples, at(250))
+	if s.Asked != 7 || s.Failed != 4 || len(s.Outages) != 3 || s.LastErr != lost {
+		t.Fatalf("got %+v, want 7 asked, 4 failed in 3 outages", s)
+	}
+	first := s.Outages[0]
+	if first.From != at(210) || first.To != at(510) || first.Failed != 2 || s.Outages[1].Length() != 200*time.Millisecond {
+		t.Errorf("outages %+v: want the first from 210 ms to 510 ms with 2 failed, the second 200 ms", s.Outages)
+	}
+	if s.Outages[2].Over() || s.FailedAfter() != 2 {
+		t.Errorf("the last outage over %v, %d failed after the first outage; want not over, 2", s.Outages[2].Over(), s.FailedAfter())
+	}
+	if s.Longest() < time.Hour {
+		t.Errorf("longest %v: the open outage counts until now", s.Longest())
+	}
+	// A span that starts with a failure and no good answer before it.
+	if s := summarise(samples[:2], t0); len(s.Outages) != 1 || s.Outages[0].From != t0 || s.FailedAfter() != 0 {
+		t.Errorf("from the start: %+v", s)
+	}
+	if s := summarise(samples[1:3], t0); s.Failed != 0 || len(s.Outages) != 0 || s.Longest() != 0 {
+		t.Errorf("only good answers: %+v", s)
+	}
+}
+
+// TestTrafficBounded: the loop asks at its pace, stops after limit asks
+// on its own, and Stop ends it early.
+func TestTrafficBounded(t *testing.T) {
+	var n atomic.Int32
+	tr := StartTraffic(func() error { n.Add(1); return nil }, time.Millisecond, 5)
+	WaitFor(t, 10*time.Second, "five asks", func() bool { return tr.Since(time.Time{}).Asked == 5 })
+	tr.Stop()
+	if got := n.Load(); got != 5 {
+		t.Errorf("%d asks with a limit of 5", got)
+	}
+	tr = StartTraffic(func() error { n.Add(1); return errors.New("down") }, time.Millisecond, 1<<30)
+	WaitFor(t, 10*time.Second, "an ask", func() bool { return tr.Since(time.Time{}).Asked > 0 })
+	tr.Stop()
+	// Stop waited for the loop to end: nothing asks any more.
+	after := tr.Since(time.Time{}).Asked
+	if again := tr.Since(time.Time{}); again.Asked != after || again.Failed != after || len(again.Outages) != 1 {
+		t.Errorf("after Stop: %+v (had %d)", again, after)
+	}
+}
