@@ -38,12 +38,8 @@ func sleeper(t *testing.T, writePid bool, room func() bool, cmds *[]*exec.Cmd) S
 		}
 	})
 	return Spec{
-		Name: "daemon",
-		Command: func() (*exec.Cmd, error) {
-			cmd := exec.Command("sh", "-c", script)
-			*cmds = append(*cmds, cmd)
-			return cmd, nil
-		},
+		Name:         "daemon",
+		Command:      shell(script, cmds),
 		PidPath:      pidPath,
 		LogPath:      filepath.Join(dir, "daemon.log"),
 		StatePath:    filepath.Join(dir, "state.json"),
@@ -143,5 +139,15 @@ func TestProbeRoom(t *testing.T) {
 	}
 	if err := probeRoom(filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("probe of a missing folder passed")
+	}
+}
+
+// shell is a Spec's Command running script, each command collected in
+// cmds.
+func shell(script string, cmds *[]*exec.Cmd) func() (*exec.Cmd, error) {
+	return func() (*exec.Cmd, error) {
+		cmd := exec.Command("sh", "-c", script)
+		*cmds = append(*cmds, cmd)
+		return cmd, nil
 	}
 }

@@ -13,32 +13,14 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
-// A daemon that writes its pid file only once <dir>/go exists: its start
-// is slow until the test says so.
+// gatedSpec is sleeper's daemon writing its pid file only once the
+// returned open was called: its start is slow until the test says so.
 func gatedSpec(t *testing.T, cmds *[]*exec.Cmd) (spec Spec, open func()) {
-	dir := t.TempDir()
-	pidPath, gate := filepath.Join(dir, "daemon.pid"), filepath.Join(dir, "go")
-	script := "n=0; while [ ! -e " + gate + " ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done; echo $$ > " + pidPath + "; exec sleep 30"
-	t.Cleanup(func() {
-		for _, cmd := range *cmds {
-			if cmd.Process != nil {
-				cmd.Process.Kill()
-			}
-		}
-	})
-	return Spec{
-		Name: "daemon",
-		Command: func() (*exec.Cmd, error) {
-			cmd := exec.Command("sh", "-c", script)
-			*cmds = append(*cmds, cmd)
-			return cmd, nil
-		},
-		PidPath:      pidPath,
-		LogPath:      filepath.Join(dir, "daemon.log"),
-		StatePath:    filepath.Join(dir, "state.json"),
-		Ours:         func([]string) bool { return false },
-		StartTimeout: 200 * time.Millisecond,
-	}, func() { os.WriteFile(gate, nil, 0o644) }
+	spec = sleeper(t, false, func() bool { return true }, cmds)
+	spec.StartTimeout = 200 * time.Millisecond
+	gate := filepath.Join(filepath.Dir(spec.PidPath), "go")
+	spec.Command = shell("n=0; while [ ! -e "+gate+" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done; echo $$ > "+spec.PidPath+"; exec sleep 30", cmds)
+	return spec, func() { os.WriteFile(gate, nil, 0o644) }
 }
 
 // A start answered before its process was ready goes on in the
