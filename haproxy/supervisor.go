@@ -24,10 +24,13 @@ import (
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
-// Timeouts of one lifecycle step. A reload and its rollback together stay
-// under 30 s, well inside the controller's 60 s read timeout.
-// Starting and stopping use procwatch's defaults (12 s, 10 s).
+// Timeouts of one lifecycle step. A start or reload and its rollback
+// together stay under 30 s, well inside the controller's 60 s read
+// timeout. Stopping uses procwatch's default (10 s).
 const (
+	// DefaultStartWait is how long a start waits for the master to list a
+	// worker before it is answered anyway (see SupervisorOptions.StartWait).
+	DefaultStartWait = procwatch.DefaultStartTimeout
 	// DefaultReloadWait is how long a reload waits for the master's new
 	// worker before it is answered anyway (see SupervisorOptions.ReloadWait).
 	DefaultReloadWait = 12 * time.Second
@@ -86,6 +89,13 @@ type SupervisorOptions struct {
 	// signalled, and a slow amphora (a busy hypervisor) can take longer.
 	// The reload is answered and its outcome followed in the background.
 	ReloadWait time.Duration
+	// StartWait (DefaultStartWait when zero) is the same bound for a start
+	// (also a reload of a stopped LB, a restore and a respawn). Upstream's
+	// systemctl start waits for HAProxy's READY for up to 90 s, past the
+	// controller's 60 s read timeout (which it then retries): a master
+	// alive and loading then is answered for and followed, never killed
+	// for being slow.
+	StartWait time.Duration
 }
 
 // Supervisor runs every load balancer's HAProxy in master-worker mode
@@ -122,6 +132,9 @@ func NewSupervisor(o SupervisorOptions) *Supervisor {
 	}
 	if o.ReloadWait <= 0 {
 		o.ReloadWait = DefaultReloadWait
+	}
+	if o.StartWait <= 0 {
+		o.StartWait = DefaultStartWait
 	}
 	return &Supervisor{opts: o, log: o.Log, lbs: map[string]*instance{}, done: make(chan struct{})}
 }
@@ -305,6 +318,9 @@ type instance struct {
 	// proven by ConfirmAfter of uptime.
 	loads       uint64
 	unconfirmed bool
+	// confirmOnReady: the latest config was loaded by a start answered
+	// before the master was ready; ConfirmAfter counts from readiness.
+	confirmOnReady bool
 	// running is the config HAProxy loaded last (uploads replace the
 	// stored one before the reload): what confirm makes the last good one.
 	// Only this process needs it; after a restart nothing is unconfirmed.
@@ -334,10 +350,12 @@ func (s *Supervisor) newInstance(lb string) *instance {
 			t, err := stats.ShowProc(ctx, sock)
 			return err == nil && len(t.Workers) > 0
 		},
-		OnDeath: in.died,
-		Backoff: s.opts.Backoff,
-		After:   s.opts.After,
-		Journal: journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
+		OnDeath:      in.died,
+		OnReady:      in.readyLate,
+		StartTimeout: s.opts.StartWait,
+		Backoff:      s.opts.Backoff,
+		After:        s.opts.After,
+		Journal:      journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
 	}, s.done)
 	return in
 }
@@ -387,6 +405,7 @@ func (in *instance) ours(args []string) bool { return in.s.layout().Runs(in.lb, 
 // died runs before a master that died is started again: a config that
 // never proved itself is replaced by the last good one first.
 func (in *instance) died(proc *procwatch.Process) {
+	in.confirmOnReady = false
 	if !in.unconfirmed {
 		return
 	}
@@ -402,6 +421,15 @@ func (in *instance) died(proc *procwatch.Process) {
 func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error) {
 	if err := h.SetDesired(true); err != nil {
 		return false, fault.Internalf("%w", err)
+	}
+	if h.Starting() {
+		wait, cancel := context.WithTimeout(ctx, in.s.opts.ReloadWait)
+		err := h.AwaitStart(wait)
+		cancel()
+		if errors.Is(err, procwatch.ErrStillStarting) {
+			return in.reloadStarting(ctx, h)
+		}
+		// Ready now: reloaded below. Dead: started again below.
 	}
 	proc := h.Proc()
 	if proc == nil {
@@ -454,6 +482,24 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 		output += "\nrollback to the last good configuration failed: " + rerr.Error()
 	}
 	return false, fault.Internal("Error reloading haproxy", output, err)
+}
+
+// reloadStarting serves a reload that comes while a start answered before
+// the master was ready is still loading. The config it loads is what is
+// asked for: nothing to do (upstream's reload of a unit whose start runs
+// joins that start). Another one: the slow start loads a stale config, and
+// a reload would re-execute the master and parse everything again anyway,
+// so the new config is started in its place (upstream sees no running
+// HAProxy then and starts it too).
+func (in *instance) reloadStarting(ctx context.Context, h *procwatch.Held) (bool, error) {
+	cfg, err := os.ReadFile(in.s.layout().ConfigPath(in.lb))
+	if err == nil && in.running != nil && bytes.Equal(cfg, in.running) {
+		in.log().Warn("HAProxy is still starting on the configuration asked for; nothing to reload")
+		return false, nil
+	}
+	in.log().Warn("HAProxy is still starting on an older configuration; starting the new one instead")
+	h.Kill()
+	return true, in.startOrRestore(ctx, h, "Error starting haproxy")
 }
 
 func (in *instance) check(ctx context.Context) (string, error) {
@@ -663,8 +709,26 @@ func (in *instance) loaded(h *procwatch.Held) {
 	}
 	in.running = cfg
 	in.loads++
-	gen, proc := in.loads, h.Proc()
 	in.unconfirmed = true
+	// A master still loading has proven nothing yet.
+	in.confirmOnReady = h.Starting()
+	if !in.confirmOnReady {
+		in.confirmLater(in.loads, h.Proc())
+	}
+}
+
+// readyLate runs when a start answered before the master was ready has
+// become ready: the config it loaded starts proving itself now.
+func (in *instance) readyLate(proc *procwatch.Process) {
+	if in.confirmOnReady {
+		in.confirmOnReady = false
+		in.confirmLater(in.loads, proc)
+	}
+}
+
+// confirmLater makes config generation gen the last good one once proc has
+// run it for ConfirmAfter.
+func (in *instance) confirmLater(gen uint64, proc *procwatch.Process) {
 	in.s.opts.AfterFunc(in.s.opts.ConfirmAfter, func() {
 		in.d.With(func(h *procwatch.Held) error {
 			if in.loads == gen && in.unconfirmed && proc != nil && h.Proc() == proc {
@@ -684,7 +748,8 @@ func (in *instance) confirmIfAlive(h *procwatch.Held) { in.confirmAsync(h)() }
 // background; the returned function waits for the write. Nothing may read
 // the last good config, or load another config, before it returns.
 func (in *instance) confirmAsync(h *procwatch.Held) (wait func()) {
-	if !in.unconfirmed || h.Proc() == nil {
+	// A master still loading (a slow start) has not served the config.
+	if !in.unconfirmed || h.Proc() == nil || h.Starting() {
 		return func() {}
 	}
 	in.unconfirmed = false

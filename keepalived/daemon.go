@@ -23,10 +23,13 @@ import (
 // a start), inside the controller's 60 s request timeout.
 const opTimeout = 40 * time.Second
 
-// startTimeout is how long a new keepalived may take to write its pid
-// file: longer than procwatch's default, since on a loaded, emulated
-// amphora (the VM tier under TCG on a busy host) starts were seen to take
-// 11 s and more.
+// startTimeout is how long a start waits for a new keepalived to write
+// its pid file before it is answered anyway: longer than procwatch's
+// default, since on a loaded, emulated amphora (the VM tier under TCG on a
+// busy host) starts were seen to take 11 s and more. One alive then is
+// slow, not failed: upstream's systemctl start of its Type=forking unit
+// waits for the pid file up to systemd's 90 s, past the controller's 60 s
+// read timeout. It is answered for and followed (procwatch.Spec).
 const startTimeout = 20 * time.Second
 
 // Files are the paths of one keepalived instance. Each instance has its
@@ -70,6 +73,9 @@ type Options struct {
 	// Journal receives what keepalived writes outside its log (under
 	// systemd); nil keeps it in the output files only.
 	Journal journalfwd.Sink
+	// StartWait bounds how long a start waits for keepalived's pid file
+	// before it is answered (startTimeout when zero).
+	StartWait time.Duration
 }
 
 // daemon is one keepalived under supervision: in the foreground (so the
@@ -84,10 +90,19 @@ type daemon struct {
 	d     *procwatch.Daemon
 	log   *zap.Logger
 	after func(time.Duration) <-chan time.Time
+	// startWait: Options.StartWait.
+	startWait time.Duration
+	// reloadOnReady: a reload came while a start answered before
+	// keepalived was ready was still under way; it is sent once ready.
+	// Guarded by d's lock.
+	reloadOnReady bool
 }
 
 func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
-	k := &daemon{files: f, log: o.Log, after: o.After}
+	if o.StartWait <= 0 {
+		o.StartWait = startTimeout
+	}
+	k := &daemon{files: f, log: o.Log, after: o.After, startWait: o.StartWait}
 	if k.log == nil {
 		k.log = zap.NewNop()
 	}
@@ -114,7 +129,8 @@ func newDaemon(o Options, f Files, done <-chan struct{}) *daemon {
 		Ours:         f.Runs,
 		Backoff:      o.Backoff,
 		After:        k.after,
-		StartTimeout: startTimeout,
+		StartTimeout: o.StartWait,
+		OnReady:      k.readyLate,
 		Journal:      journalfwd.Options{Sink: o.Journal, Identifier: f.forwardedAs(), Priority: priority, Skip: isLogLine},
 	}, done)
 	return k
@@ -150,7 +166,7 @@ func (k *daemon) startOrReload(ctx context.Context) (reloaded, started bool, err
 		}
 		if h.Adopt(ctx) {
 			reloaded = true
-			return k.reload(h)
+			return k.reload(ctx, h)
 		}
 		started = true
 		if err := h.Start(ctx); err != nil {
@@ -162,7 +178,18 @@ func (k *daemon) startOrReload(ctx context.Context) (reloaded, started bool, err
 	return reloaded, started, err
 }
 
-func (k *daemon) reload(h *procwatch.Held) error {
+func (k *daemon) reload(ctx context.Context, h *procwatch.Held) error {
+	if h.Starting() {
+		wait, cancel := context.WithTimeout(ctx, k.startWait)
+		err := h.AwaitStart(wait)
+		cancel()
+		if errors.Is(err, procwatch.ErrStillStarting) {
+			// A SIGHUP before keepalived set up its signals would end it.
+			k.reloadOnReady = true
+			k.log.Warn("keepalived is still starting; it is reloaded once it is ready")
+			return nil
+		}
+	}
 	proc := h.Proc()
 	if proc == nil {
 		return errors.New("keepalived is not running")
@@ -177,6 +204,20 @@ func (k *daemon) reload(h *procwatch.Held) error {
 	}
 	k.log.Info("keepalived reloaded", zap.Int("pid", proc.Pid))
 	return nil
+}
+
+// readyLate runs when a start answered before keepalived was ready has
+// become ready: a reload asked for meanwhile is sent now.
+func (k *daemon) readyLate(proc *procwatch.Process) {
+	if !k.reloadOnReady {
+		return
+	}
+	k.reloadOnReady = false
+	if err := syscall.Kill(proc.Pid, syscall.SIGHUP); err != nil {
+		k.log.Error("reloading keepalived once it was ready", zap.Error(err))
+		return
+	}
+	k.log.Info("keepalived reloaded once it was ready", zap.Int("pid", proc.Pid))
 }
 
 // stop stops keepalived (a VRRP instance gives up its VIPs) and remembers

@@ -23,7 +23,8 @@ import (
 // (and -c's, as the checker child would), says "reloaded" on SIGHUP,
 // removes the pid files and exits on SIGTERM, and exits at once with
 // status 1 while the file <dir>/refuse exists; while <dir>/hold exists it
-// waits (up to 30 s) before writing its pid files, as a slow start.
+// waits (up to 30 s) before writing its pid files, as a slow start, and
+// after that wait exits with status 1 while <dir>/fail exists.
 const fakeKeepalived = `#!/bin/sh
 pidfile=""
 checkfile=/dev/null
@@ -35,6 +36,7 @@ dir=$(dirname "$0")
 if [ -e "$dir/refuse" ]; then echo "fake keepalived: refusing to start"; exit 1; fi
 n=0
 while [ -e "$dir/hold" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
+if [ -e "$dir/fail" ]; then echo "fake keepalived: failing after a slow start"; exit 1; fi
 trap 'echo reloaded' HUP
 trap 'rm -f "$pidfile" "$checkfile"; exit 0' TERM
 echo $$ > "$checkfile"

@@ -31,7 +31,10 @@ type LVS struct {
 	instances map[string]*daemon
 	// busy counts, per listener, the starts, restarts and restores under
 	// way, for the heartbeat to tell them from a keepalived that is down.
-	busy      map[string]int
+	busy map[string]int
+	// slow is, per listener, the keepalived an operation answered for
+	// before it was ready: busy too until it is (or is gone).
+	slow      map[string]*procwatch.Process
 	done      chan struct{}
 	closeOnce sync.Once
 }
@@ -47,7 +50,8 @@ func NewLVS(o LVSOptions) *LVS {
 	}
 	l := LVSLayout{Base: o.Base, ProcDir: o.ProcDir}
 	return &LVS{store: &LVSStore{Layout: l, Validate: o.Validate, Log: o.Log}, opts: o.Options,
-		instances: map[string]*daemon{}, busy: map[string]int{}, done: make(chan struct{})}
+		instances: map[string]*daemon{}, busy: map[string]int{},
+		slow: map[string]*procwatch.Process{}, done: make(chan struct{})}
 }
 
 // Layout names the listeners' files.
@@ -70,11 +74,21 @@ func (s *LVS) History(id string) (h procwatch.History, ok bool) {
 
 // Busy reports whether the agent is starting, restarting or restoring
 // listener id's keepalived right now. A respawn after keepalived died on
-// its own is not such an operation: that outage is real.
+// its own is not such an operation: that outage is real. An operation
+// answered while its keepalived was still starting stays busy until that
+// one is ready.
 func (s *LVS) Busy(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.busy[id] > 0
+	if s.busy[id] > 0 {
+		return true
+	}
+	p, k := s.slow[id], s.instances[id]
+	if p != nil && k != nil && k.d.Starting() == p {
+		return true
+	}
+	delete(s.slow, id)
+	return false
 }
 
 // operate runs op on listener id's keepalived, counted as busy meanwhile.
@@ -82,14 +96,19 @@ func (s *LVS) operate(id string, op func(*daemon) error) error {
 	s.mu.Lock()
 	s.busy[id]++
 	s.mu.Unlock()
+	k := s.instance(id)
 	defer func() {
+		slow := k.d.Starting()
 		s.mu.Lock()
 		if s.busy[id]--; s.busy[id] <= 0 {
 			delete(s.busy, id)
 		}
+		if slow != nil {
+			s.slow[id] = slow
+		}
 		s.mu.Unlock()
 	}()
-	return op(s.instance(id))
+	return op(k)
 }
 
 func (s *LVS) instance(id string) *daemon {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,8 +26,14 @@ import (
 // Defaults of a Spec's tunables.
 const (
 	DefaultStartTimeout = 12 * time.Second
-	DefaultStopTimeout  = 10 * time.Second
-	DefaultPoll         = 25 * time.Millisecond
+	// DefaultSlowStartLimit is how long a start answered before its
+	// process was ready is followed further (see Spec.SlowStartLimit).
+	DefaultSlowStartLimit = 3 * time.Minute
+	// slowStartPoll is how often a start followed in the background is
+	// asked whether it is ready: nobody waits for the answer.
+	slowStartPoll      = 100 * time.Millisecond
+	DefaultStopTimeout = 10 * time.Second
+	DefaultPoll        = 25 * time.Millisecond
 	// DefaultSettle is how long a new process must stay up after it is
 	// ready before a start counts as done, so a daemon that fails at once
 	// is caught before the controller hears "OK".
@@ -95,13 +102,23 @@ type Spec struct {
 	// OnDeath runs under the lock when the process ended unexpectedly and
 	// is about to be started again.
 	OnDeath func(p *Process)
+	// OnReady runs under the lock when a process that Start answered for
+	// before it was ready (see StartTimeout) has become ready.
+	OnReady func(p *Process)
 
-	Backoff      Backoff
-	StartTimeout time.Duration
-	StopTimeout  time.Duration
-	Poll         time.Duration
-	Settle       time.Duration
-	MaxLog       int64
+	Backoff Backoff
+	// StartTimeout bounds how long Start waits for the new process to be
+	// ready. One that is alive then, and not stopped by a full disk, is
+	// only slow (a busy hypervisor): Start keeps it, answers, and follows
+	// it in the background for up to SlowStartLimit more. One that is
+	// still not ready then is killed and started again with backoff, as
+	// systemd does with a unit past TimeoutStartSec under Restart=always.
+	StartTimeout   time.Duration
+	SlowStartLimit time.Duration
+	StopTimeout    time.Duration
+	Poll           time.Duration
+	Settle         time.Duration
+	MaxLog         int64
 	// After is the clock of the backoff before a restart and of Settle
 	// (time.After by default): a test passes its own to see those waits
 	// without spending them.
@@ -129,6 +146,9 @@ func (s *Spec) defaults() {
 	}
 	if s.StartTimeout <= 0 {
 		s.StartTimeout = DefaultStartTimeout
+	}
+	if s.SlowStartLimit <= 0 {
+		s.SlowStartLimit = DefaultSlowStartLimit
 	}
 	if s.StopTimeout <= 0 {
 		s.StopTimeout = DefaultStopTimeout
@@ -174,6 +194,10 @@ type Daemon struct {
 	removed  bool
 	retrying bool
 	respawns Respawns
+	// starting is the current process while Start has answered for it
+	// but it is not ready yet. Written under mu; read without it by
+	// Starting, which a heartbeat asks.
+	starting atomic.Pointer[Process]
 	// histMu guards history on its own, so that reading it never waits
 	// for a start or reload holding mu.
 	histMu  sync.Mutex
@@ -315,6 +339,12 @@ func readRecord(path string) (map[string]json.RawMessage, error) {
 // pid file names it. On failure the process is killed and the error
 // carries its output. The caller decides whether to retry (Retry).
 //
+// A process still alive and not ready after StartTimeout is no failure
+// (upstream's systemctl waits for readiness up to systemd's 90 s, and the
+// controller retries a request it gave up on): Start returns nil with the
+// process kept, supervised and followed in the background (Starting
+// reports it meanwhile, OnReady runs when it is ready).
+//
 // Nothing starts without room for the pid file: a daemon that cannot
 // write it (HAProxy and keepalived do not fail when the write does) would
 // run where no later agent finds it to adopt or stop, and the next start
@@ -322,6 +352,7 @@ func readRecord(path string) (map[string]json.RawMessage, error) {
 func (h *Held) Start(ctx context.Context) error {
 	d := h.d
 	s := &d.spec
+	d.starting.Store(nil)
 	for _, p := range append([]string{s.PidPath}, s.Clean...) {
 		os.Remove(p)
 	}
@@ -359,21 +390,37 @@ func (h *Held) Start(ctx context.Context) error {
 		return fmt.Errorf("starting %s: %w", s.Name, err)
 	}
 	proc := WatchChild(cmd)
-	ctx, cancel := context.WithTimeout(ctx, s.StartTimeout)
+	wait, cancel := context.WithTimeout(ctx, s.StartTimeout)
 	defer cancel()
-	ready := func() bool {
-		pid, err := pidfile.Read(s.PidPath)
-		return err == nil && pid == proc.Pid && s.Ready(ctx, proc)
+	err = WaitReady(wait, proc, s.Name, s.Poll, s.Settle, s.After, func() bool { return d.ready(wait, proc) },
+		func() error { return errNotReady })
+	// The disk filled up after the check above: say so, the daemon itself
+	// does not, and it may never write its pid file.
+	var roomErr error
+	if err != nil {
+		roomErr = s.Room(filepath.Dir(s.PidPath))
 	}
-	err = WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, s.After, ready,
-		func() error { return fmt.Errorf("%s not ready within %v", s.Name, s.StartTimeout) })
+	if errors.Is(err, errNotReady) && roomErr == nil && proc.Alive() {
+		d.proc = proc
+		d.starting.Store(proc)
+		s.Log.Warn(s.Name+" is not ready yet; answering now and following its start",
+			zap.Int("pid", proc.Pid), zap.Duration("waited", s.StartTimeout))
+		d.follow(proc)
+		go d.followStart(proc)
+		return nil
+	}
+	if errors.Is(err, errNotReady) {
+		err = fmt.Errorf("%s not ready within %v", s.Name, s.StartTimeout)
+		if !proc.Alive() {
+			// It ended just as the wait did: that is what to say.
+			err = fmt.Errorf("%s %s", s.Name, proc.Status)
+		}
+	}
 	if err != nil {
 		Kill(proc, 0)
 		out := d.Output(0)
-		// The disk filled up after the check above: say so, the daemon
-		// itself does not.
-		if rerr := s.Room(filepath.Dir(s.PidPath)); rerr != nil {
-			err = fmt.Errorf("%w: no room for its pid file %s: %w", err, s.PidPath, rerr)
+		if roomErr != nil {
+			err = fmt.Errorf("%w: no room for its pid file %s: %w", err, s.PidPath, roomErr)
 			out = strings.TrimSpace(out + "\n" + err.Error())
 		}
 		return withOutput(err, out)
@@ -382,6 +429,131 @@ func (h *Held) Start(ctx context.Context) error {
 	s.Log.Info(s.Name+" started", zap.Int("pid", proc.Pid))
 	d.follow(proc)
 	return nil
+}
+
+// errNotReady: the readiness wait ended before the process was ready.
+var errNotReady = errors.New("not ready")
+
+// ErrStillStarting is AwaitStart's answer when the process is still not
+// ready when its context ends.
+var ErrStillStarting = errors.New("still starting")
+
+// ready reports whether proc is ready: the pid file names it and the
+// kind's own Ready agrees.
+func (d *Daemon) ready(ctx context.Context, proc *Process) bool {
+	pid, err := pidfile.Read(d.spec.PidPath)
+	return err == nil && pid == proc.Pid && d.spec.Ready(ctx, proc)
+}
+
+// followStart follows a start that Start answered before the process was
+// ready: ready, it is marked so and OnReady runs; still not ready after
+// SlowStartLimit, it is killed and the respawner starts it again with
+// backoff. A death meanwhile is the respawner's (see lateFailure).
+func (d *Daemon) followStart(proc *Process) {
+	s := &d.spec
+	ctx, cancel := context.WithTimeout(context.Background(), s.SlowStartLimit)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.done:
+		case <-d.gone:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	begun := time.Now()
+	err := WaitReady(ctx, proc, s.Name, max(s.Poll, slowStartPoll), s.Settle, s.After,
+		func() bool { return d.ready(ctx, proc) }, func() error { return errNotReady })
+	if d.ended() || err != nil && !errors.Is(err, errNotReady) {
+		return // a death is the respawner's (lateFailure)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// A death, a new start or a stop cleared starting.
+	if d.starting.Load() != proc || d.proc != proc {
+		return
+	}
+	d.starting.Store(nil)
+	after := zap.Duration("after", (s.StartTimeout + time.Since(begun)).Round(time.Millisecond))
+	switch {
+	case err == nil:
+		s.Log.Info(s.Name+" started, after its start was answered", zap.Int("pid", proc.Pid), after)
+		if s.OnReady != nil {
+			s.OnReady(proc)
+		}
+	case errors.Is(err, errNotReady):
+		s.Log.Error(s.Name+" still not ready; killing it to start it again", zap.Int("pid", proc.Pid), after,
+			zap.String("output", d.Output(0)))
+		Kill(proc, killWait)
+	}
+}
+
+// lateFailure logs, under the lock, the death of a process Start answered
+// for before it was ready, with its output: the controller never saw
+// that failure, and the restart that follows moves the output aside.
+func (d *Daemon) lateFailure(proc *Process) {
+	if !d.starting.CompareAndSwap(proc, nil) {
+		return
+	}
+	d.spec.Log.Error(d.spec.Name+" failed after its start was answered", zap.Int("pid", proc.Pid),
+		zap.String("status", proc.Status), zap.String("output", d.Output(0)))
+}
+
+// AwaitStart waits, for as long as ctx lasts, for a process that Start
+// answered for before it was ready. It returns nil once that one is ready
+// (OnReady has run) or when none is starting, ErrStillStarting when ctx
+// ends first, and the exit when the process ended.
+func (h *Held) AwaitStart(ctx context.Context) error {
+	d := h.d
+	s := &d.spec
+	proc := d.starting.Load()
+	if proc == nil || proc != d.proc {
+		return nil
+	}
+	err := WaitReady(ctx, proc, s.Name, s.Poll, s.Settle, s.After, func() bool { return d.ready(ctx, proc) },
+		func() error { return ErrStillStarting })
+	if err != nil {
+		if !errors.Is(err, ErrStillStarting) {
+			d.lateFailure(proc)
+		}
+		return err
+	}
+	d.starting.Store(nil)
+	s.Log.Info(s.Name+" started, after its start was answered", zap.Int("pid", proc.Pid))
+	if s.OnReady != nil {
+		s.OnReady(proc)
+	}
+	return nil
+}
+
+// Starting reports whether the current process is one Start answered for
+// before it was ready, and that is not ready yet.
+func (h *Held) Starting() bool {
+	p := h.d.starting.Load()
+	return p != nil && p == h.d.proc && p.Alive()
+}
+
+// Starting is the process Start answered for before it was ready, while
+// it is not ready yet and alive; nil otherwise. It never waits for the
+// daemon's lock.
+func (d *Daemon) Starting() *Process {
+	if p := d.starting.Load(); p != nil && p.Alive() {
+		return p
+	}
+	return nil
+}
+
+// ended reports whether supervision is over (the agent closes or the
+// daemon was removed).
+func (d *Daemon) ended() bool {
+	select {
+	case <-d.done:
+		return true
+	case <-d.gone:
+		return true
+	default:
+		return false
+	}
 }
 
 // probeRoom writes, syncs and removes a small file in dir: on a full file
@@ -564,6 +736,7 @@ func (h *Held) Stop() error {
 	s := &d.spec
 	proc := d.proc
 	d.proc = nil
+	d.starting.Store(nil)
 	if !proc.Alive() {
 		pid, err := pidfile.Read(s.PidPath)
 		if err != nil || !d.ours(pid) {
@@ -588,6 +761,7 @@ func (h *Held) Kill() {
 		Kill(d.proc, killWait)
 	}
 	d.proc = nil
+	d.starting.Store(nil)
 }
 
 // Remove ends supervision for good (the daemon's files are about to
@@ -684,6 +858,7 @@ func (d *Daemon) respawner() *Respawner {
 		Lock: &d.mu, Done: d.done, Backoff: s.Backoff, Respawns: &d.respawns, After: s.After,
 		StartTimeout: s.StartTimeout + time.Second,
 		Dead: func(proc *Process) bool {
+			d.lateFailure(proc)
 			if d.proc != proc && d.proc != nil || !d.desired || d.removed {
 				return false
 			}

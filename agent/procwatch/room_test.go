@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 // sleeper is a Spec for a daemon that runs sleep, writes its pid file
@@ -36,12 +38,8 @@ func sleeper(t *testing.T, writePid bool, room func() bool, cmds *[]*exec.Cmd) S
 		}
 	})
 	return Spec{
-		Name: "daemon",
-		Command: func() (*exec.Cmd, error) {
-			cmd := exec.Command("sh", "-c", script)
-			*cmds = append(*cmds, cmd)
-			return cmd, nil
-		},
+		Name:         "daemon",
+		Command:      shell(script, cmds),
 		PidPath:      pidPath,
 		LogPath:      filepath.Join(dir, "daemon.log"),
 		StatePath:    filepath.Join(dir, "state.json"),
@@ -76,34 +74,57 @@ func TestStartWithoutRoomStartsNothing(t *testing.T) {
 	}
 }
 
-// A daemon that never wrote its pid file does not count as started, even
-// when it is otherwise ready: it is killed, and when the disk filled up
-// after the check the error and the output say so.
-func TestStartWithoutPidFileKillsTheDaemon(t *testing.T) {
-	for _, full := range []bool{false, true} {
-		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) {
-			var cmds []*exec.Cmd
-			checks := 0
-			room := func() bool { checks++; return !full || checks == 1 }
-			done := make(chan struct{})
-			defer close(done)
-			d := NewDaemon(sleeper(t, false, room, &cmds), done)
-			var proc *Process
-			err := d.With(func(h *Held) error {
-				err := h.Start(context.Background())
-				proc = h.Proc()
-				return err
-			})
-			if err == nil || proc != nil || len(cmds) != 1 {
-				t.Fatalf("start without a pid file: %v, process %v, %d commands", err, proc, len(cmds))
-			}
-			if errors.Is(err, syscall.ENOSPC) != full || strings.Contains(Output(err), "no space left on device") != full {
-				t.Fatalf("full disk %v, error %q, output %q", full, err, Output(err))
-			}
-			if perr := syscall.Kill(cmds[0].Process.Pid, 0); !errors.Is(perr, syscall.ESRCH) {
-				t.Fatalf("daemon %d still there after the failed start: %v", cmds[0].Process.Pid, perr)
-			}
-		})
+// A daemon that has not written its pid file when StartTimeout passes
+// does not count as started. When the disk filled up after the check it
+// never will: it is killed at once and the error and the output say so.
+func TestStartWithoutPidFileOnAFullDiskKillsTheDaemon(t *testing.T) {
+	var cmds []*exec.Cmd
+	checks := 0
+	room := func() bool { checks++; return checks == 1 }
+	done := make(chan struct{})
+	defer close(done)
+	d := NewDaemon(sleeper(t, false, room, &cmds), done)
+	var proc *Process
+	err := d.With(func(h *Held) error {
+		err := h.Start(context.Background())
+		proc = h.Proc()
+		return err
+	})
+	if err == nil || proc != nil || len(cmds) != 1 {
+		t.Fatalf("start without a pid file on a full disk: %v, process found %v, %d commands", err, proc != nil, len(cmds))
+	}
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(Output(err), "no space left on device") {
+		t.Fatalf("error %q, output %q", err, Output(err))
+	}
+	if perr := syscall.Kill(cmds[0].Process.Pid, 0); !errors.Is(perr, syscall.ESRCH) {
+		t.Fatalf("daemon %d still there after the failed start: %v", cmds[0].Process.Pid, perr)
+	}
+}
+
+// With room, a daemon alive without its pid file when StartTimeout passes
+// is only slow: Start answers and keeps it, Starting says so, and once
+// SlowStartLimit passes without the pid file it is killed.
+func TestStartNotReadyIsFollowedThenKilled(t *testing.T) {
+	var cmds []*exec.Cmd
+	done := make(chan struct{})
+	defer close(done)
+	spec := sleeper(t, false, func() bool { return true }, &cmds)
+	spec.SlowStartLimit = 500 * time.Millisecond
+	d := NewDaemon(spec, done)
+	var starting bool
+	err := d.With(func(h *Held) error {
+		err := h.Start(context.Background())
+		starting = h.Starting() && h.Proc() != nil
+		return err
+	})
+	if err != nil || !starting || d.Starting() == nil {
+		t.Fatalf("slow start: %v, starting %v", err, starting)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the daemon killed past SlowStartLimit", func() bool {
+		return syscall.Kill(cmds[0].Process.Pid, 0) != nil && d.Starting() == nil
+	})
+	if len(cmds) != 1 {
+		t.Fatalf("%d commands: a daemon not wanted was started again", len(cmds))
 	}
 }
 
@@ -118,5 +139,15 @@ func TestProbeRoom(t *testing.T) {
 	}
 	if err := probeRoom(filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("probe of a missing folder passed")
+	}
+}
+
+// shell is a Spec's Command running script, each command collected in
+// cmds.
+func shell(script string, cmds *[]*exec.Cmd) func() (*exec.Cmd, error) {
+	return func() (*exec.Cmd, error) {
+		cmd := exec.Command("sh", "-c", script)
+		*cmds = append(*cmds, cmd)
+		return cmd, nil
 	}
 }
