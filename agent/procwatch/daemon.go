@@ -356,6 +356,7 @@ func (h *Held) Start(ctx context.Context) error {
 	for _, p := range append([]string{s.PidPath}, s.Clean...) {
 		os.Remove(p)
 	}
+	d.endStrays()
 	cmd, err := s.Command()
 	if err != nil {
 		return err

@@ -1,0 +1,120 @@
+package procwatch
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
+)
+
+// strayScene is a daemon whose processes run `sleep <unique duration>`,
+// so that Ours knows them among every other sleep on the machine.
+type strayScene struct {
+	spec  Spec
+	sleep string
+	cmds  []*exec.Cmd
+}
+
+func newStrayScene(t *testing.T) *strayScene {
+	sc := &strayScene{sleep: fmt.Sprintf("60.%d", rand.Uint32())}
+	dir := t.TempDir()
+	pid := filepath.Join(dir, "daemon.pid")
+	sc.spec = Spec{
+		Name:         "daemon",
+		Command:      shell("echo $$ > "+pid+"; exec sleep "+sc.sleep, &sc.cmds),
+		PidPath:      pid,
+		LogPath:      filepath.Join(dir, "daemon.log"),
+		StatePath:    filepath.Join(dir, "state.json"),
+		Ours:         func(args []string) bool { return len(args) == 2 && args[0] == "sleep" && args[1] == sc.sleep },
+		StartTimeout: 5 * time.Second,
+	}
+	t.Cleanup(func() {
+		for _, pid := range sc.running() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return sc
+}
+
+// running lists the live processes of the scene's daemon.
+func (sc *strayScene) running() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if args, err := Cmdline("/proc", pid); err == nil && sc.spec.Ours(args) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// An agent restarted on a busy amphora finds its predecessor's process
+// named by the pid file but not answering the adoption check, or a
+// process with no pid file yet (its start was under way): the new start
+// ends it, so exactly one process of the daemon runs.
+func TestStartEndsStrays(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		stray func(t *testing.T, sc *strayScene) int
+	}{
+		{"UnansweredAdoption", func(t *testing.T, sc *strayScene) int {
+			done := make(chan struct{})
+			t.Cleanup(func() { close(done) })
+			earlier := NewDaemon(sc.spec, done)
+			if err := earlier.With(func(h *Held) error { return h.Start(context.Background()) }); err != nil {
+				t.Fatal(err)
+			}
+			return earlier.Pid()
+		}},
+		{"NoPidFileYet", func(t *testing.T, sc *strayScene) int {
+			c := exec.Command("sleep", sc.sleep)
+			c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go c.Wait() // reaps it once killed, as its own agent would have
+			return c.Process.Pid
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sc := newStrayScene(t)
+			stray := c.stray(t, sc)
+			testkit.WaitFor(t, 5*time.Second, "the stray running", func() bool { return len(sc.running()) == 1 })
+
+			spec := sc.spec
+			spec.Adoptable = func(context.Context, int) bool { return false } // its socket did not answer in time
+			done := make(chan struct{})
+			defer close(done)
+			d := NewDaemon(spec, done)
+			err := d.With(func(h *Held) error {
+				if err := h.SetDesired(true); err != nil {
+					return err
+				}
+				return h.Restore(context.Background(), h.Start)
+			})
+			if err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			if !d.Running() {
+				t.Fatal("restore started nothing")
+			}
+			defer d.With(func(h *Held) error { return h.Stop() })
+			if got := sc.running(); len(got) != 1 || got[0] != d.Pid() {
+				t.Fatalf("after the restore, %v run (the stray was %d, the new process %d): want the new one alone",
+					got, stray, d.Pid())
+			}
+		})
+	}
+}
