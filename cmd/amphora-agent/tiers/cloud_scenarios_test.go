@@ -43,6 +43,8 @@ type scene struct {
 	names  map[string]string       // API id → the test's name, for logs
 	// memberSubnet: members' subnet ("" → the fabric's IPv4 member subnet).
 	memberSubnet string
+	// tls: the TERMINATED_HTTPS listener while it exists.
+	tls *tlsListener
 }
 
 // cli runs the openstack CLI and returns its trimmed output.
@@ -309,13 +311,17 @@ func newScene(cp *cloud.ControlPlane) *scene {
 // → ONLINE), updates (member weight and admin state, the pool's
 // algorithm, L7 policies, the listener's connection limit and member
 // timeout), a TERMINATED_HTTPS listener with SNI, UDP and SCTP listeners with their monitors, a PING monitor,
-// single deletes, and the cascade delete leaving nothing in the database.
+// the agent and HAProxy killed under Octavia (AgentFaults), the
+// amphora's power cut and Octavia's failover (AmphoraFailover), single deletes, and the cascade delete leaving nothing in the database.
 func TestCloudScenarios(t *testing.T) {
 	boot := amphoraVMs(t)
 	// Housekeeping purges deleted load balancers and amphorae at once, so
 	// the cascade delete's database check can wait for an empty database.
+	// A shorter heartbeat_timeout lets AmphoraFailover's power cut be
+	// noticed sooner (scenesHeartbeatTimeout says why this value).
 	cp := cloud.Start(t, cloud.Options{VMs: boot,
-		Extra: "[house_keeping]\ncleanup_interval = 5\namphora_expiry_age = 1\nload_balancer_expiry_age = 1\n"})
+		Extra: "[house_keeping]\ncleanup_interval = 5\namphora_expiry_age = 1\nload_balancer_expiry_age = 1\n" +
+			fmt.Sprintf("\n[health_manager]\nheartbeat_timeout = %d\n", int(scenesHeartbeatTimeout.Seconds()))})
 	created := time.Now()
 	s := newScene(cp)
 	s.lb = waitLB(t, cp, createLB(t, cp, "lb-scenes"), "ACTIVE", 20*time.Minute)
@@ -357,6 +363,8 @@ func TestCloudScenarios(t *testing.T) {
 	t.Run("PingMonitor", func(t *testing.T) { s.pingMonitor(t) })
 	t.Run("Prometheus", func(t *testing.T) { s.prometheus(t) })
 	t.Run("SecondLoadBalancerIPv6", func(t *testing.T) { second.finish(t) })
+	t.Run("AgentFaults", func(t *testing.T) { s.agentFaults(t) })
+	t.Run("AmphoraFailover", func(t *testing.T) { s.amphoraFailover(t) })
 	s.logTransitions(t)
 	t.Run("Deletes", func(t *testing.T) { s.deletes(t, pool, members) })
 	t.Run("Unplug", func(t *testing.T) { s.unplug(t, pool, members) })
@@ -655,6 +663,13 @@ func (s *scene) prometheus(t *testing.T) {
 		s.cli(t, "loadbalancer", "listener", "create", "--name", "l-prom", "--protocol", "PROMETHEUS",
 			"--protocol-port", "9100", s.lb.ID)
 	})
+	s.checkScrape(t)
+}
+
+// checkScrape: a scrape through the VIP's PROMETHEUS listener answers
+// with the load balancer's and listeners' metrics.
+func (s *scene) checkScrape(t *testing.T) {
+	t.Helper()
 	var body string
 	cloud.WaitFor(t, time.Minute, "a scrape through the VIP", func() bool {
 		resp, err := s.client.Get("http://" + net.JoinHostPort(s.lb.VIPAddress, "9100") + "/metrics")
@@ -718,7 +733,8 @@ func (s *scene) logTransitions(t *testing.T) {
 
 // deletes: a member (traffic to the other only), the L7 policy and its
 // pool (/p2 back on the default pool), the UDP listener (no answer on
-// its port any more), each ACTIVE afterwards.
+// its port any more), the TERMINATED_HTTPS listener (port 443 closed),
+// each ACTIVE afterwards.
 func (s *scene) deletes(t *testing.T, pool string, members map[string]string) {
 	s.change(t, "delete member-2", func() {
 		s.rest(t, "DELETE", "/v2/lbaas/pools/"+pool+"/members/"+members["member-2"], nil, nil)
@@ -741,6 +757,9 @@ func (s *scene) deletes(t *testing.T, pool string, members map[string]string) {
 	out := s.cli(t, "loadbalancer", "listener", "list", "--loadbalancer", s.lb.ID, "-f", "value", "-c", "name")
 	if strings.Contains(out, "l-udp") {
 		t.Errorf("listener l-udp still listed: %q", out)
+	}
+	if s.tls != nil {
+		s.deleteTLS(t)
 	}
 }
 

@@ -57,7 +57,8 @@ func storeCert(t *testing.T, dir string, ca *devpki.Authority, c *tlsCert) {
 // on the HTTP listener's pool → a TLS handshake through the VIP gets the
 // certificate whose CN or SAN (a wildcard too) matches the server name,
 // the default one for an unknown name and for none; requests over TLS
-// reach both members; the listener's delete leaves port 443 closed.
+// reach both members. The listener stays for the later scenarios
+// (deletes removes it).
 func (s *scene) terminatedHTTPS(t *testing.T, pool string) {
 	ca, err := devpki.NewAuthority("cloud tier tenant CA")
 	if err != nil {
@@ -80,32 +81,9 @@ func (s *scene) terminatedHTTPS(t *testing.T, pool string) {
 			"default_tls_container_ref": def.ref, "sni_container_refs": []string{www.ref, api.ref}}}
 		s.rest(t, "POST", "/v2/lbaas/listeners", body, &resp)
 	})
+	s.tls = &tlsListener{id: resp.Listener.ID, def: def, www: www, api: api, ca: ca.Cert}
+	s.checkSNI(t)
 	vip := net.JoinHostPort(s.lb.VIPAddress, "443")
-	cloud.WaitFor(t, time.Minute, "a TLS handshake through the VIP", func() bool {
-		_, err := s.tlsPeer(vip, "www.example.org")
-		return err == nil
-	})
-	for _, c := range []struct {
-		name string
-		want *tlsCert
-	}{
-		{"www.example.org", www}, {"alt.example.org", www}, {"api.example.net", api},
-		{"db.svc.example.net", api}, {"default.example.com", def}, {"unknown.example.com", def}, {"", def},
-	} {
-		chain, err := s.tlsPeer(vip, c.name)
-		switch {
-		case err != nil:
-			t.Errorf("server name %q: %v", c.name, err)
-		case !chain[0].Equal(c.want.leaf):
-			t.Errorf("server name %q: got the certificate of %s %v, want %s %v", c.name,
-				chain[0].Subject.CommonName, chain[0].DNSNames, c.want.leaf.Subject.CommonName, c.want.leaf.DNSNames)
-		case len(chain) != 2 || !chain[1].Equal(ca.Cert):
-			// The chain the local certificate manager's .int holds.
-			t.Errorf("server name %q: %d certificates presented, want the leaf and the CA from <ref>.int", c.name, len(chain))
-		default:
-			t.Logf("server name %q: certificate of %s", c.name, chain[0].Subject.CommonName)
-		}
-	}
 
 	// Verified against the tenant's CA, as a client would.
 	roots := x509.NewCertPool()
@@ -120,9 +98,56 @@ func (s *scene) terminatedHTTPS(t *testing.T, pool string) {
 		resp.Body.Close()
 		return resp.Header.Get("X-Member"), nil
 	}, "member-1", "member-2")
+}
 
+// tlsListener is the TERMINATED_HTTPS listener terminatedHTTPS leaves
+// in place (the failover checks it serves again; deletes removes it).
+type tlsListener struct {
+	id            string
+	def, www, api *tlsCert
+	ca            *x509.Certificate
+}
+
+// checkSNI waits for a TLS handshake through the VIP, then asserts that
+// each server name gets the certificate whose CN or SAN (a wildcard too)
+// matches it, the default one for an unknown name and for none, each
+// with the CA from the local certificate manager's chain.
+func (s *scene) checkSNI(t *testing.T) {
+	t.Helper()
+	vip := net.JoinHostPort(s.lb.VIPAddress, "443")
+	cloud.WaitFor(t, 2*time.Minute, "a TLS handshake through the VIP", func() bool {
+		_, err := s.tlsPeer(vip, "www.example.org")
+		return err == nil
+	})
+	def, www, api := s.tls.def, s.tls.www, s.tls.api
+	for _, c := range []struct {
+		name string
+		want *tlsCert
+	}{
+		{"www.example.org", www}, {"alt.example.org", www}, {"api.example.net", api},
+		{"db.svc.example.net", api}, {"default.example.com", def}, {"unknown.example.com", def}, {"", def},
+	} {
+		chain, err := s.tlsPeer(vip, c.name)
+		switch {
+		case err != nil:
+			t.Errorf("server name %q: %v", c.name, err)
+		case !chain[0].Equal(c.want.leaf):
+			t.Errorf("server name %q: got the certificate of %s %v, want %s %v", c.name,
+				chain[0].Subject.CommonName, chain[0].DNSNames, c.want.leaf.Subject.CommonName, c.want.leaf.DNSNames)
+		case len(chain) != 2 || !chain[1].Equal(s.tls.ca):
+			// The chain the local certificate manager's .int holds.
+			t.Errorf("server name %q: %d certificates presented, want the leaf and the CA from <ref>.int", c.name, len(chain))
+		default:
+			t.Logf("server name %q: certificate of %s", c.name, chain[0].Subject.CommonName)
+		}
+	}
+}
+
+// deleteTLS deletes the TERMINATED_HTTPS listener: port 443 closes.
+func (s *scene) deleteTLS(t *testing.T) {
+	vip := net.JoinHostPort(s.lb.VIPAddress, "443")
 	s.change(t, "delete listener l-tls", func() {
-		s.rest(t, "DELETE", "/v2/lbaas/listeners/"+resp.Listener.ID, nil, nil)
+		s.rest(t, "DELETE", "/v2/lbaas/listeners/"+s.tls.id, nil, nil)
 	})
 	cloud.WaitFor(t, time.Minute, "port 443 closed after the delete", func() bool {
 		_, err := s.tlsPeer(vip, "www.example.org")
