@@ -196,7 +196,7 @@ func Start(t testing.TB, img Image, o Options) *VM {
 		t.Fatal(err)
 	}
 	if o.MemoryMB == 0 {
-		o.MemoryMB = 768
+		o.MemoryMB = DefaultMemoryMB
 	}
 	v := &VM{Name: o.Name, Dir: dir, t: t, img: img, opts: o}
 	t.Cleanup(func() {
@@ -402,6 +402,31 @@ func (v *VM) qemuLog() string {
 func (v *VM) Console() string {
 	data, _ := os.ReadFile(v.path("console.log"))
 	return string(data)
+}
+
+// DefaultMemoryMB is a VM's memory when Options.MemoryMB is zero.
+const DefaultMemoryMB = 768
+
+// HostRSSKiB is what QEMU holds in the host's memory (its VmRSS), 0 when
+// it does not run.
+func (v *VM) HostRSSKiB() int {
+	v.mu.Lock()
+	cmd := v.cmd
+	v.mu.Unlock()
+	if cmd == nil || cmd.Process == nil || !v.Running() {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kib, _ := strconv.Atoi(f[1])
+			return kib
+		}
+	}
+	return 0
 }
 
 // Running reports whether QEMU still runs.
