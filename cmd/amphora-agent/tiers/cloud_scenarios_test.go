@@ -312,6 +312,9 @@ func newScene(cp *cloud.ControlPlane) *scene {
 // single deletes, and the cascade delete leaving nothing in the database.
 func TestCloudScenarios(t *testing.T) {
 	boot := amphoraVMs(t)
+	// The amphora's clock lags the controller's: it boots, serves and
+	// takes rotated certificates all the same.
+	boot.ClockOffset = -amphoraClockLag
 	// Housekeeping purges deleted load balancers and amphorae at once, so
 	// the cascade delete's database check can wait for an empty database.
 	cp := cloud.Start(t, cloud.Options{VMs: boot,
@@ -356,6 +359,7 @@ func TestCloudScenarios(t *testing.T) {
 	})
 	t.Run("PingMonitor", func(t *testing.T) { s.pingMonitor(t) })
 	t.Run("Prometheus", func(t *testing.T) { s.prometheus(t) })
+	t.Run("CertRotation", func(t *testing.T) { s.certRotation(t) })
 	t.Run("SecondLoadBalancerIPv6", func(t *testing.T) { second.finish(t) })
 	s.logTransitions(t)
 	t.Run("Deletes", func(t *testing.T) { s.deletes(t, pool, members) })
