@@ -34,6 +34,13 @@ const minClockLag = 5 * time.Minute
 // check made at start-up is the only one.
 const rotationOverride = "[house_keeping]\ncert_expiry_buffer = 3456000\ncert_interval = 86400\n"
 
+// What housekeeping's log says of its rotation flows: how many it
+// started, and each one's end.
+var (
+	rotatedCount  = regexp.MustCompile(`Rotated certificates for (\d+) amphora`)
+	rotationEnded = regexp.MustCompile(`Flow 'octavia-cert-rotate-amphora-flow' \([^)]*\) transitioned into state '(SUCCESS|REVERTED|FAILURE)'`)
+)
+
 // ampCert is one amphora's certificate as the database and its agent show
 // it, and the agent's process.
 type ampCert struct {
@@ -88,10 +95,12 @@ func (s *scene) certRotation(t *testing.T) {
 	restarted := time.Now()
 	s.cp.Restart("octavia-housekeeping", rotationOverride)
 	up := time.Since(restarted)
-	// rotate() logs its count once every flow it started has ended, the
-	// failed ones too.
+	// rotate() logs how many flows it started once it has started them;
+	// each flow logs its end, failed or not.
 	done := testkit.Until(5*time.Minute, func() bool {
-		return strings.Contains(logSince(hk, offset), "Rotated certificates for")
+		log := logSince(hk, offset)
+		m := rotatedCount.FindStringSubmatch(log)
+		return m != nil && strconv.Itoa(len(rotationEnded.FindAllString(log, -1))) == m[1]
 	})
 	took := time.Since(restarted)
 	var missing []string
@@ -101,8 +110,8 @@ func (s *scene) certRotation(t *testing.T) {
 		}
 	}
 	if !done || len(missing) > 0 {
-		t.Errorf("housekeeping did not rotate the certificates of %v within 5 minutes of its restart "+
-			"(its log is printed at the end)", missing)
+		t.Errorf("housekeeping did not rotate the certificates of %v (its flows ended within 5 minutes of its restart: %v; "+
+			"its log is printed at the end)", missing, done)
 	}
 	if failed := flowFailures(hk, offset); failed != "" {
 		t.Errorf("housekeeping's rotation flow failed:\n%s", failed)
@@ -156,14 +165,14 @@ func (s *scene) certRotation(t *testing.T) {
 	t.Logf("certificate rotation: waited %.1fs for no flow, %.1fs in all", settled.Seconds(), time.Since(start).Seconds())
 }
 
-// ampCerts reads each ALLOCATED amphora's cert_expiration from the
+// ampCerts reads each amphora's cert_expiration from the
 // database, makes a handshake with its agent as the worker does (from the
 // controller's namespace, with the controller's client certificate,
 // checking the amphora's certificate against the CA and its id), and asks
 // systemd in the VM for the agent's MainPID.
 func (s *scene) ampCerts(t *testing.T) []ampCert {
 	t.Helper()
-	out, err := s.cp.SQL("SELECT id, compute_id, lb_network_ip, cert_expiration FROM amphora WHERE status = 'ALLOCATED' ORDER BY id")
+	out, err := s.cp.SQL("SELECT id, compute_id, lb_network_ip, cert_expiration FROM amphora WHERE status <> 'DELETED' ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}
