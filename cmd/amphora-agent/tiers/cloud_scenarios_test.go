@@ -315,6 +315,9 @@ func newScene(cp *cloud.ControlPlane) *scene {
 // amphora's power cut and Octavia's failover (AmphoraFailover), single deletes, and the cascade delete leaving nothing in the database.
 func TestCloudScenarios(t *testing.T) {
 	boot := amphoraVMs(t)
+	// The amphora's clock lags the controller's: it boots, serves and
+	// takes rotated certificates all the same.
+	boot.ClockOffset = -amphoraClockLag
 	// Housekeeping purges deleted load balancers and amphorae at once, so
 	// the cascade delete's database check can wait for an empty database.
 	// A shorter heartbeat_timeout lets AmphoraFailover's power cut be
@@ -362,6 +365,7 @@ func TestCloudScenarios(t *testing.T) {
 	})
 	t.Run("PingMonitor", func(t *testing.T) { s.pingMonitor(t) })
 	t.Run("Prometheus", func(t *testing.T) { s.prometheus(t) })
+	t.Run("CertRotation", func(t *testing.T) { s.certRotation(t) })
 	t.Run("SecondLoadBalancerIPv6", func(t *testing.T) { second.finish(t) })
 	t.Run("AgentFaults", func(t *testing.T) { s.agentFaults(t) })
 	t.Run("AmphoraFailover", func(t *testing.T) { s.amphoraFailover(t) })

@@ -3,9 +3,11 @@ package cloud
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -62,4 +64,24 @@ func controllerPKI(dir string) error {
 		}
 	}
 	return nil
+}
+
+// ControllerTLS is what the worker presents and checks when it calls an
+// amphora's agent: the controller's client certificate, the test's CA as
+// the only root, and the amphora's id as the name its certificate must
+// carry.
+func (c *ControlPlane) ControllerTLS(amphoraID string) (*tls.Config, error) {
+	client, err := tls.LoadX509KeyPair(c.path("certs", "client.pem"), c.path("certs", "client.pem"))
+	if err != nil {
+		return nil, err
+	}
+	caPEM, err := os.ReadFile(c.path("certs", "ca.pem"))
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in %s", c.path("certs", "ca.pem"))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: roots, ServerName: amphoraID}, nil
 }

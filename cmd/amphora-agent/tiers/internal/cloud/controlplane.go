@@ -199,7 +199,7 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	// The four services import Octavia at once; on 2 cores shared with
 	// other tests' VMs that alone took over 90 s (seen at load 12), so the
 	// deadlines are generous: they cost nothing when the service is up.
-	c.waitReady(api, serviceStartLimit, func() error {
+	c.waitReady(api, serviceStartLimit, func(*Service) error {
 		resp, err := c.HTTP().Get("http://" + APIAddr + "/")
 		if err != nil {
 			return err
@@ -211,11 +211,11 @@ func Start(t testing.TB, o Options) *ControlPlane {
 		return nil
 	})
 	step("api ready")
-	c.waitReady(worker, serviceStartLimit, c.workerConsuming)
+	c.waitReady(worker, serviceStartLimit, func(*Service) error { return c.workerConsuming() })
 	step("worker consuming")
-	c.waitReady(hm, serviceStartLimit, func() error { return udpBound(hm, HealthPort) })
+	c.waitReady(hm, serviceStartLimit, func(s *Service) error { return udpBound(s, HealthPort) })
 	step("health manager listening")
-	c.waitReady(hk, serviceStartLimit, func() error { return logHas(hk.Log, "Starting house keeping") })
+	c.waitReady(hk, serviceStartLimit, func(s *Service) error { return s.logHas("Starting house keeping") })
 	step("housekeeping running")
 	return c
 }
@@ -267,12 +267,14 @@ func (c *ControlPlane) run(timeout time.Duration, name string, args ...string) s
 }
 
 // waitReady polls ready until it succeeds, failing the test when the
-// service exits first or the deadline passes.
-func (c *ControlPlane) waitReady(s *Service, timeout time.Duration, ready func() error) {
+// service exits first or the deadline passes. The service keeps ready for
+// Restart.
+func (c *ControlPlane) waitReady(s *Service, timeout time.Duration, ready func(*Service) error) {
 	c.t.Helper()
+	s.ready, s.readyLimit = ready, timeout
 	deadline := time.Now().Add(timeout)
 	for {
-		err := ready()
+		err := ready(s)
 		if err == nil {
 			s.Up = time.Since(s.Started)
 			return
@@ -299,7 +301,7 @@ func (c *ControlPlane) startDatabase() {
 		"mariadbd", "--no-defaults", "--datadir="+datadir, "--socket="+sock, "--pid-file="+c.path("mysqld.pid"),
 		"--bind-address=127.0.0.1", "--port=3306", "--user=root", "--log-error="+c.path("logs", "mariadb.log"),
 		"--innodb-buffer-pool-size=32M", "--performance-schema=OFF", "--skip-name-resolve")
-	c.waitReady(s, time.Minute, func() error {
+	c.waitReady(s, time.Minute, func(*Service) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := c.NS.Exec(ctx, "mariadb", "--no-defaults", "-S", sock, "-e", "SELECT 1")
@@ -344,9 +346,9 @@ func (c *ControlPlane) startRabbitMQ() {
 		}
 	}
 	epmd := c.startService("epmd", "", nil, "epmd", "-address", "127.0.0.1")
-	c.waitReady(epmd, 30*time.Second, func() error { return c.dial("127.0.0.1:4369") })
+	c.waitReady(epmd, 30*time.Second, func(*Service) error { return c.dial("127.0.0.1:4369") })
 	s := c.startService("rabbitmq", "", c.rabbitEnv(), "/usr/lib/rabbitmq/bin/rabbitmq-server")
-	c.waitReady(s, 2*time.Minute, func() error { return c.dial("127.0.0.1:5672") })
+	c.waitReady(s, 2*time.Minute, func(*Service) error { return c.dial("127.0.0.1:5672") })
 }
 
 func (c *ControlPlane) dial(addr string) error {
@@ -396,13 +398,15 @@ func udpBound(s *Service, port int) error {
 	return fmt.Errorf("nothing bound to UDP port %d", port)
 }
 
-func logHas(path, s string) error {
-	data, err := os.ReadFile(path)
+// logHas checks the service's log since this process of it started (a
+// restarted service appends to the log of the one before).
+func (s *Service) logHas(text string) error {
+	data, err := os.ReadFile(s.Log)
 	if err != nil {
 		return err
 	}
-	if !bytes.Contains(data, []byte(s)) {
-		return fmt.Errorf("%s does not say %q yet", filepath.Base(path), s)
+	if int64(len(data)) < s.LogFrom || !bytes.Contains(data[s.LogFrom:], []byte(text)) {
+		return fmt.Errorf("%s does not say %q yet", filepath.Base(s.Log), text)
 	}
 	return nil
 }

@@ -28,6 +28,10 @@ type AmphoraVMs struct {
 	// an image that carries its own agent, as Glance would find one by
 	// its tag; servers built with any other tag boot Image with Package.
 	Variants map[string]vm.Image
+	// ClockOffset is each VM's clock's distance from the host's
+	// (vm.Options.ClockOffset): negative for an amphora lagging the
+	// controller.
+	ClockOffset time.Duration
 }
 
 // image is what Nova would boot for the server's image tag.
@@ -78,7 +82,8 @@ func (h *vmHypervisor) Boot(s *Server) error {
 	img, pkg := h.opts.image(s.ImageTag)
 	v, err := startOffTest(h.c.t, func(t testing.TB) *vm.VM {
 		return vm.Start(t, img, vm.Options{Name: s.Name, Package: pkg, Files: s.Files, UserData: userData,
-			InstanceID: s.ID, NetworkData: s.NetworkData, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress})
+			InstanceID: s.ID, NetworkData: s.NetworkData, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress,
+			ClockOffset: h.opts.ClockOffset})
 	})
 	if err != nil {
 		return fmt.Errorf("server %s: %v", s.ID, err)
@@ -252,7 +257,7 @@ func (c *ControlPlane) startDHCP() {
 		"--interface=br-mgmt", "--bind-interfaces", "--dhcp-range=198.51.100.0,static,255.255.255.128,1h",
 		"--dhcp-hostsfile="+hosts, "--dhcp-leasefile="+c.path("dhcp-leases"), "--pid-file="+c.path("dnsmasq.pid"),
 		"--dhcp-option=3", "--dhcp-option=6", "--log-dhcp", "--log-facility=-", "--user=root")
-	c.waitReady(s, 30*time.Second, func() error { return logHas(log, "DHCP, static leases only") })
+	c.waitReady(s, 30*time.Second, func(s *Service) error { return s.logHas("DHCP, static leases only") })
 	c.dhcp = s
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,9 +27,17 @@ type Service struct {
 	// Started is when it was started; Up how long it took to be ready.
 	Started time.Time
 	Up      time.Duration
+	// LogFrom is the size Log had when this process started: what it
+	// wrote is after it.
+	LogFrom int64
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	// argv is the command line the service was first started with;
+	// override the arguments a Restart added to it.
+	argv, override, env []string
+	ready               func(*Service) error
+	readyLimit          time.Duration
+	cmd                 *exec.Cmd
+	done                chan struct{}
 }
 
 // startService runs argv in the controller's namespace with env added,
@@ -36,29 +45,70 @@ type Service struct {
 // Stop reaches the children it forks, and adds it to c.Services, which
 // teardown stops.
 func (c *ControlPlane) startService(name, log string, env []string, argv ...string) *Service {
-	t, dir := c.t, c.Dir
-	t.Helper()
-	s := &Service{Name: name, Log: log, Output: filepath.Join(dir, "logs", name+".out")}
+	c.t.Helper()
+	s := &Service{Name: name, Log: log, Output: filepath.Join(c.Dir, "logs", name+".out"), argv: argv, env: env}
 	if s.Log == "" {
 		s.Log = s.Output
 	}
-	out, err := os.Create(s.Output)
+	c.spawn(s)
+	c.Services = append(c.Services, s)
+	return s
+}
+
+// spawn starts the service's process. Its output is appended to Output,
+// so a restart keeps what the process before it wrote.
+func (c *ControlPlane) spawn(s *Service) {
+	t := c.t
+	t.Helper()
+	out, err := os.OpenFile(s.Output, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
+	if st, err := os.Stat(s.Log); err == nil {
+		s.LogFrom = st.Size()
+	}
+	argv := append(slices.Clip(s.argv), s.override...)
 	s.cmd = c.NS.Command(context.Background(), argv[0], argv[1:]...)
 	s.cmd.Stdout, s.cmd.Stderr = out, out
-	s.cmd.Env = append(os.Environ(), env...)
-	s.cmd.Dir = dir
+	s.cmd.Env = append(os.Environ(), s.env...)
+	s.cmd.Dir = c.Dir
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	s.Started = time.Now()
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
+		t.Fatalf("starting %s: %v", s.Name, err)
 	}
 	s.done = make(chan struct{})
 	go func() { s.cmd.Wait(); close(s.done) }()
-	c.Services = append(c.Services, s)
+}
+
+// Restart stops the Octavia service called name and starts it again as
+// it was first started, reading override (oslo.config text) after
+// octavia.conf when it is not empty, so that its values win for this
+// process only: a later Restart with "" puts the plain config back. It
+// returns once the service passes the readiness check it was started
+// with; the service keeps its place in Services and appends to its log.
+func (c *ControlPlane) Restart(name, override string) *Service {
+	c.t.Helper()
+	i := slices.IndexFunc(c.Services, func(s *Service) bool { return s.Name == name })
+	if i < 0 {
+		c.t.Fatalf("no service %s to restart", name)
+	}
+	old := c.Services[i]
+	old.Stop(20 * time.Second)
+	s := &Service{Name: old.Name, Log: old.Log, Output: old.Output, argv: old.argv, env: old.env}
+	if override != "" {
+		file := c.path(name + "-override.conf")
+		if err := os.WriteFile(file, []byte(override), 0o600); err != nil {
+			c.t.Fatal(err)
+		}
+		s.override = []string{"--config-file", file}
+	}
+	c.spawn(s)
+	c.Services[i] = s
+	if old.ready != nil {
+		c.waitReady(s, old.readyLimit, old.ready)
+	}
 	return s
 }
 

@@ -153,6 +153,10 @@ type Options struct {
 	// bridge, where the VM gets its address by DHCP. APIPort is then 0.
 	ManagementTap string
 	ManagementMAC string
+	// ClockOffset sets the guest's clock this far from the host's at
+	// each boot (negative: behind), through the emulated RTC the guest
+	// kernel reads its time from.
+	ClockOffset time.Duration
 }
 
 // VM is one running amphora VM.
@@ -335,6 +339,14 @@ func (v *VM) boot() {
 		// Appended, not truncated: after a power cycle the console still
 		// shows the boots before it.
 		"-chardev", "file,id=console,append=on,path=" + v.path("console.log"), "-serial", "chardev:console",
+	}
+	if off := v.opts.ClockOffset; off != 0 {
+		args = append(args, "-rtc", "base="+time.Now().Add(off).UTC().Format("2006-01-02T15:04:05"))
+		// Under KVM the guest would take the host's time from kvmclock
+		// instead of the RTC.
+		if Accel(v.img) == "kvm" {
+			args = append(args, "-cpu", "qemu64,-kvmclock")
+		}
 	}
 	// The management NIC is the first NIC, in whichever slot; the image's
 	// network config takes the first NIC. It comes before the disks,
