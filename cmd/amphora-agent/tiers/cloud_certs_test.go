@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"math/big"
 	"net"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -238,13 +237,4 @@ func (s *scene) checkSkewLogged(t *testing.T, a ampCert) {
 		t.Errorf("amphora %s: the agent says the certificate is valid in %q, want about the clock's lag %s", a.id, m[1], amphoraClockLag)
 	}
 	t.Logf("amphora %s: %s", a.id, strings.TrimSpace(journal))
-}
-
-// logSince is what the log file holds after offset.
-func logSince(path string, offset int64) string {
-	data, err := os.ReadFile(path)
-	if err != nil || int64(len(data)) < offset {
-		return ""
-	}
-	return string(data[offset:])
 }

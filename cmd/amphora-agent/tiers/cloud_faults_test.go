@@ -4,7 +4,6 @@ package tiers_test
 
 import (
 	"context"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -74,15 +73,6 @@ func (s *scene) watchHeartbeat(ampID string) (stop func() time.Duration) {
 		}
 	}()
 	return func() time.Duration { close(done); return <-worst }
-}
-
-// logSince is what the log file gained after offset.
-func logSince(path string, offset int64) string {
-	data, err := os.ReadFile(path)
-	if err != nil || int64(len(data)) < offset {
-		return ""
-	}
-	return string(data[offset:])
 }
 
 // failoverRecord is what the health manager logs when it finds an

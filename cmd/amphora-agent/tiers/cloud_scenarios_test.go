@@ -101,17 +101,22 @@ func fileSize(path string) int64 {
 	return st.Size()
 }
 
+// logSince is what the log file gained after offset.
+func logSince(path string, offset int64) string {
+	data, err := os.ReadFile(path)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	return string(data[offset:])
+}
+
 // flowFailures returns the lines of the worker's log after offset that
 // show an amphora call failing a flow: the agent's unexpected answers and
 // the tasks that failed on them. The compute and connectivity waits'
 // failures are Octavia's retries while a VM boots, not faults.
 func flowFailures(log string, offset int64) string {
-	data, err := os.ReadFile(log)
-	if err != nil || int64(len(data)) < offset {
-		return ""
-	}
 	var out []string
-	for _, line := range strings.Split(string(data[offset:]), "\n") {
+	for _, line := range strings.Split(logSince(log, offset), "\n") {
 		failedTask := strings.Contains(line, "transitioned into state 'FAILURE'") &&
 			!strings.Contains(line, "compute-wait") && !strings.Contains(line, "connectivity-wait")
 		if failedTask || strings.Contains(line, "Amphora agent returned unexpected result code") {
