@@ -159,3 +159,25 @@ func TestSettleWatchLeavesAQuietMasterAlone(t *testing.T) {
 	}
 	waitAnswer(t, port, "gen2")
 }
+
+// A reload whose operation runs out of time before ReloadWait does (the
+// config check before the signal took most of it, on a busy amphora) is
+// as slow as one past ReloadWait, not failed: answered and followed,
+// never rolled back while the master goes on loading.
+func TestSupervisorReloadPastTheOperationTimeIsFollowed(t *testing.T) {
+	sup, st, port, logs := slowReloadSupervisor(t)
+	sup.opts.ReloadWait = 10 * time.Second
+	sup.opts.OperationTimeout = time.Second
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", slowLoading(t, testConfig(st, port, "gen2"), 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.Reload(ctx, "lb1"); err != nil {
+		t.Fatalf("a reload that outlasted the operation's time was answered with an error: %v", err)
+	}
+	waitAnswer(t, port, "gen2")
+	waitLogged(t, logs, 30*time.Second, "HAProxy finished loading the new configuration")
+	if cfg, _ := st.Config("lb1"); !strings.Contains(string(cfg), "gen2") {
+		t.Fatalf("stored config after the slow reload: %s", cfg)
+	}
+}

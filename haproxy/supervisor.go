@@ -41,9 +41,9 @@ const (
 	// quietMasterAsks is how many times the settle watch asks a master that
 	// does not answer before it gives up without acting.
 	quietMasterAsks = 3
-	// operationTimeout bounds a whole start or reload including its
+	// DefaultOperationTimeout bounds a whole start or reload including its
 	// rollback: the controller must get its 500 within 30 s.
-	operationTimeout = 28 * time.Second
+	DefaultOperationTimeout = 28 * time.Second
 	stateTimeout     = 3 * time.Second
 	// settle is how long a new worker is watched after a reload was
 	// answered: one that exits within it (while its master lives on) makes
@@ -96,6 +96,9 @@ type SupervisorOptions struct {
 	// alive and loading then is answered for and followed, never killed
 	// for being slow.
 	StartWait time.Duration
+	// OperationTimeout (DefaultOperationTimeout when zero) bounds a whole
+	// start or reload, its rollback included.
+	OperationTimeout time.Duration
 }
 
 // Supervisor runs every load balancer's HAProxy in master-worker mode
@@ -135,6 +138,9 @@ func NewSupervisor(o SupervisorOptions) *Supervisor {
 	}
 	if o.StartWait <= 0 {
 		o.StartWait = DefaultStartWait
+	}
+	if o.OperationTimeout <= 0 {
+		o.OperationTimeout = DefaultOperationTimeout
 	}
 	return &Supervisor{opts: o, log: o.Log, lbs: map[string]*instance{}, done: make(chan struct{})}
 }
@@ -188,8 +194,8 @@ func (s *Supervisor) History(lb string) (h procwatch.History, ok bool) {
 // request that asked for it: once begun, a start, stop, reload or delete
 // runs to completion even if the controller hangs up, so it never leaves
 // a half-done state (a rollback of a valid config, a killed master).
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), operationTimeout)
+func (s *Supervisor) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.OperationTimeout)
 }
 
 // Start starts lb; starting a running LB changes nothing. A start that
@@ -198,7 +204,7 @@ func (s *Supervisor) Start(ctx context.Context, lb string) error {
 	if !s.store().Exists(lb) {
 		return notFound(lb)
 	}
-	ctx, cancel := detach(ctx)
+	ctx, cancel := s.detach(ctx)
 	defer cancel()
 	in := s.instance(lb)
 	return in.d.With(func(h *procwatch.Held) error {
@@ -239,7 +245,7 @@ func (s *Supervisor) Reload(ctx context.Context, lb string) (started bool, err e
 	if !s.store().Exists(lb) {
 		return false, notFound(lb)
 	}
-	ctx, cancel := detach(ctx)
+	ctx, cancel := s.detach(ctx)
 	defer cancel()
 	in := s.instance(lb)
 	err = in.d.With(func(h *procwatch.Held) error {
@@ -292,7 +298,7 @@ func (s *Supervisor) Restore(ctx context.Context) error {
 			defer func() { <-sem; wg.Done() }()
 			in := s.instance(lb)
 			err := in.d.With(func(h *procwatch.Held) error {
-				octx, cancel := detach(ctx)
+				octx, cancel := s.detach(ctx)
 				defer cancel()
 				return h.Restore(octx, func(ctx context.Context) error {
 					return in.startOrRestore(ctx, h, "Error starting haproxy")
@@ -536,7 +542,10 @@ func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Proces
 	wait, cancel := context.WithTimeout(ctx, in.s.opts.ReloadWait)
 	defer cancel()
 	worker, err := in.awaitWorker(wait, proc, before, reloadPoll)
-	if err != nil && wait.Err() != nil && ctx.Err() == nil && proc.Alive() {
+	// The wait may also end with the whole operation's time, when the
+	// config check before the signal was slow (a busy amphora): a master
+	// still loading then is as slow, not failed.
+	if err != nil && wait.Err() != nil && proc.Alive() {
 		return 0, errStillLoading
 	}
 	return worker, err
@@ -617,7 +626,7 @@ func (in *instance) followSlowReload(proc *procwatch.Process, before stats.Proc,
 		default:
 			in.log().Error("reload failed after it was answered; putting the last good config back",
 				zap.Error(err), zap.String("output", in.d.Output(offset)))
-			rctx, rcancel := context.WithTimeout(context.Background(), operationTimeout)
+			rctx, rcancel := context.WithTimeout(context.Background(), in.s.opts.OperationTimeout)
 			defer rcancel()
 			if rerr := in.rollback(rctx, h); rerr != nil {
 				in.log().Error("rollback failed", zap.Error(rerr))
@@ -690,7 +699,7 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 		reason := fmt.Sprintf("the new HAProxy worker %d exited right after start", worker)
 		in.log().Error("new configuration failed right after it was loaded; putting the last good config back",
 			zap.String("reason", reason), zap.String("output", in.d.Output(offset)))
-		ctx, cancel := context.WithTimeout(context.Background(), operationTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), in.s.opts.OperationTimeout)
 		defer cancel()
 		if err := in.rollback(ctx, h); err != nil {
 			in.log().Error("rollback failed", zap.Error(err))
