@@ -44,7 +44,7 @@ const (
 	// DefaultOperationTimeout bounds a whole start or reload including its
 	// rollback: the controller must get its 500 within 30 s.
 	DefaultOperationTimeout = 28 * time.Second
-	stateTimeout     = 3 * time.Second
+	stateTimeout            = 3 * time.Second
 	// settle is how long a new worker is watched after a reload was
 	// answered: one that exits within it (while its master lives on) makes
 	// the agent put the last good config back. The answer does not wait
