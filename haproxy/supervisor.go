@@ -465,6 +465,7 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 	in.saveServersState(ctx)
 	<-asked
 	offset := in.d.LogSize()
+	signalled := time.Now()
 	worker, err := in.signalReloadFrom(ctx, proc, before, beforeErr)
 	confirmed()
 	if err == nil {
@@ -477,7 +478,7 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 		// move loads on or replace proc.
 		in.loads++
 		in.log().Warn("HAProxy is still loading the new configuration; answering now and following it",
-			zap.Duration("waited", in.s.opts.ReloadWait))
+			zap.Duration("waited", time.Since(signalled).Round(time.Millisecond)))
 		go in.followSlowReload(proc, before, in.loads, offset)
 		return false, nil
 	}

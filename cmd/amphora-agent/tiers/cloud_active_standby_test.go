@@ -5,7 +5,6 @@ package tiers_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -92,17 +91,7 @@ func TestCloudActiveStandby(t *testing.T) {
 	}
 	checkHeartbeats(t, s, amps)
 
-	for i, addr := range []string{sceneMember1, sceneMember2} {
-		name := fmt.Sprintf("member-%d", i+1)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cp.NS.Exec(ctx, "ip", "addr", "add", addr+"/25", "dev", "br-member")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.http[name] = cp.NS.ServeHTTP(t, net.JoinHostPort(addr, fmt.Sprint(sceneHTTP)), slowMember(name))
-		cp.NS.ServeUDPEcho(t, net.JoinHostPort(addr, fmt.Sprint(sceneUDP)), "udp-"+name)
-	}
+	s.serveMembers(t, []string{sceneMember1, sceneMember2}, 2, false)
 	var holder apiAmphora
 	if !t.Run("HTTP", func(t *testing.T) {
 		pool := s.serve(t, "l-http", "HTTP", 80, "HTTP", "--url-path", "/", "--delay", "2", "--timeout", "2",

@@ -309,6 +309,30 @@ func newScene(cp *cloud.ControlPlane) *scene {
 	return &scene{cp: cp, client: cp.NS.HTTPClient(false), http: map[string]*topo.Server{}, names: map[string]string{}}
 }
 
+// serveMembers puts each address on br-member (the member network's
+// bridge in the controller's namespace) and serves HTTP there as
+// member-N; the first echoes of them also answer UDP as udp-member-N and,
+// with sctp, SCTP as sctp-member-N.
+func (s *scene) serveMembers(t *testing.T, addrs []string, echoes int, sctp bool) {
+	t.Helper()
+	for i, addr := range addrs {
+		name := fmt.Sprintf("member-%d", i+1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := s.cp.NS.Exec(ctx, "ip", "addr", "add", addr+"/25", "dev", "br-member")
+		cancel()
+		if err != nil {
+			t.Fatalf("%s on br-member: %v: %s", addr, err, out)
+		}
+		s.http[name] = s.cp.NS.ServeHTTP(t, net.JoinHostPort(addr, fmt.Sprint(sceneHTTP)), slowMember(name))
+		if i < echoes {
+			s.cp.NS.ServeUDPEcho(t, net.JoinHostPort(addr, fmt.Sprint(sceneUDP)), "udp-"+name)
+			if sctp {
+				s.cp.NS.ServeSCTPEcho(t, net.JoinHostPort(addr, fmt.Sprint(sceneSCTP)), "sctp-"+name)
+			}
+		}
+	}
+}
+
 // TestCloudScenarios drives one SINGLE load balancer on one amphora VM
 // through what users do with it, each scenario a subtest asserting the
 // API's provisioning and operating statuses and the traffic through the
@@ -336,20 +360,7 @@ func TestCloudScenarios(t *testing.T) {
 	s.names[s.lb.ID] = "lb"
 	s.checkCreate(t, time.Since(created), vm.Accel(boot.Image))
 
-	for i, addr := range []string{sceneMember1, sceneMember2, sceneMember3} {
-		name := fmt.Sprintf("member-%d", i+1)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cp.NS.Exec(ctx, "ip", "addr", "add", addr+"/25", "dev", "br-member")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.http[name] = cp.NS.ServeHTTP(t, net.JoinHostPort(addr, fmt.Sprint(sceneHTTP)), slowMember(name))
-		if i < 2 {
-			cp.NS.ServeUDPEcho(t, net.JoinHostPort(addr, fmt.Sprint(sceneUDP)), "udp-"+name)
-			cp.NS.ServeSCTPEcho(t, net.JoinHostPort(addr, fmt.Sprint(sceneSCTP)), "sctp-"+name)
-		}
-	}
+	s.serveMembers(t, []string{sceneMember1, sceneMember2, sceneMember3}, 2, true)
 
 	second := s.startSecondLB(t)
 	var pool string

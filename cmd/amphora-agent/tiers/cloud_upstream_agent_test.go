@@ -5,7 +5,6 @@ package tiers_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -118,25 +117,14 @@ func TestCloudUpstreamAgent(t *testing.T) {
 		if _, err := cp.API("POST", "/v2/lbaas/loadbalancers", cloudProject, map[string]any{"loadbalancer": lb}, &resp); err != nil {
 			t.Fatal(err)
 		}
-		side.s = &scene{cp: cp, lb: resp.LB, client: cp.NS.HTTPClient(false), names: names}
+		side.s = &scene{cp: cp, lb: resp.LB, client: cp.NS.HTTPClient(false), names: names, http: map[string]*topo.Server{}}
 	}
 	waitBothActive(t, cp, sides, created)
 	t.Logf("create → ACTIVE, both created at once (%s): ours %.1fs, upstream's Python agent %.1fs",
 		vm.Accel(boot.Image), sides[0].active.Seconds(), sides[1].active.Seconds())
 	findVMs(t, cp, sides)
 
-	for _, addr := range []string{sceneMember1, sceneMember2} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cp.NS.Exec(ctx, "ip", "addr", "add", addr+"/25", "dev", "br-member")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	cp.NS.ServeHTTP(t, net.JoinHostPort(sceneMember1, fmt.Sprint(sceneHTTP)), topo.MemberHandler("member-1"))
-	cp.NS.ServeHTTP(t, net.JoinHostPort(sceneMember2, fmt.Sprint(sceneHTTP)), topo.MemberHandler("member-2"))
-	cp.NS.ServeUDPEcho(t, net.JoinHostPort(sceneMember1, fmt.Sprint(sceneUDP)), "udp-member-1")
-	cp.NS.ServeUDPEcho(t, net.JoinHostPort(sceneMember2, fmt.Sprint(sceneUDP)), "udp-member-2")
+	sides[0].s.serveMembers(t, []string{sceneMember1, sceneMember2}, 2, false)
 
 	for _, side := range sides {
 		t.Run("Serve-"+side.name, func(t *testing.T) {
