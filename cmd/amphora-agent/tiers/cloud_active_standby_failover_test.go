@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,12 @@ import (
 // an overloaded machine (load 19) had it fail a live MASTER over.
 const asHeartbeatTimeout = 45 * time.Second
 
+// asVRRPFailCount is [keepalived_vrrp] vrrp_fail_count for
+// TestCloudActiveStandby: six failed VRRP checks, 5 s apart, before
+// keepalived gives up the VIP, so a reload slowed to 18 s by an emulated
+// CPU does not move it (Octavia's default is 2).
+const asVRRPFailCount = 6
+
 // takeoverLimit bounds one interruption of the traffic through the VIP
 // while VRRP moves it: keepalived's master-down interval (three 1 s
 // adverts), its gratuitous ARPs, and an emulated CPU shared with other
@@ -32,16 +39,113 @@ const failoverBuild = 15 * time.Minute
 
 // steady is HTTP and UDP traffic through the VIP from the controller's
 // namespace (the client side of the VIP network): one request and one
-// datagram every 100 ms, each given up after 1 s, for at most an hour.
+// datagram every 100 ms, the request given up after 3 s (an emulated
+// CPU shared by three VMs stalls for over a second now and then) and the
+// datagram after 1 s, for at most an hour; and which amphora the clients
+// send the VIP's packets to.
 type steady struct {
 	http, udp *cloud.Traffic
+	vip       *vipWatch
 }
+
+// vipMove is a change of the VIP's link-layer address in the clients'
+// neighbour table: the VIP moved to another amphora as the clients see
+// it (a gratuitous ARP from the new holder, or its answer once the old
+// entry went stale).
+type vipMove struct {
+	at   time.Time
+	port string // the VRRP port with that MAC (Octavia names it after its amphora)
+}
+
+// vipWatch samples the clients' neighbour entry for the VIP every 100 ms
+// (at most an hour) and records each move.
+type vipWatch struct {
+	mu         sync.Mutex
+	moves      []vipMove
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+func (s *scene) watchVIP() *vipWatch {
+	w := &vipWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	vip := net.ParseIP(s.lb.VIPAddress)
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		last := ""
+		for range 36000 {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			mac, err := s.cp.NS.NeighborMAC(vip)
+			if err != nil || mac == "" || mac == last {
+				continue
+			}
+			if last != "" {
+				port := mac
+				for _, p := range s.cp.Fabric.Ports() {
+					if p.MACAddress == mac {
+						port = p.Name
+					}
+				}
+				w.mu.Lock()
+				w.moves = append(w.moves, vipMove{time.Now(), port})
+				w.mu.Unlock()
+			}
+			last = mac
+		}
+	}()
+	return w
+}
+
+func (w *vipWatch) end() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// since lists the moves at or after from.
+func (w *vipWatch) since(from time.Time) []vipMove {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []vipMove
+	for _, m := range w.moves {
+		if !m.at.Before(from) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// unexplained lists the outages during which the VIP did not move (a
+// move within a second of either end counts: the neighbour entry changes
+// when the first packet after the move needs it): the traffic failed
+// while the clients sent to the same amphora.
+func unexplained(outages []cloud.Outage, moves []vipMove) []cloud.Outage {
+	var out []cloud.Outage
+	for _, o := range outages {
+		to := o.To
+		if !o.Over() {
+			to = time.Now()
+		}
+		if !slices.ContainsFunc(moves, func(m vipMove) bool {
+			return !m.at.Before(o.From.Add(-time.Second)) && !m.at.After(to.Add(time.Second))
+		}) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (m vipMove) String() string { return m.at.Format("15:04:05.0") + " → " + m.port }
 
 func (s *scene) startSteady(t *testing.T) *steady {
 	t.Helper()
 	quick := *s
 	client := *s.client
-	client.Timeout = time.Second
+	client.Timeout = 3 * time.Second
 	quick.client = &client
 	get := quick.httpAsk(80, "/")
 	const every, limit = 100 * time.Millisecond, 36000
@@ -60,6 +164,7 @@ func (s *scene) startSteady(t *testing.T) *steady {
 			}
 			return err
 		}, every, limit),
+		vip: s.watchVIP(),
 	}
 	t.Cleanup(st.stop)
 	return st
@@ -68,6 +173,7 @@ func (s *scene) startSteady(t *testing.T) *steady {
 func (st *steady) stop() {
 	st.http.Stop()
 	st.udp.Stop()
+	st.vip.end()
 }
 
 // waitBack waits until the HTTP traffic sent since from is answered
@@ -134,9 +240,13 @@ func (s *scene) checkPair(t *testing.T, old, now, gone []apiAmphora) apiAmphora 
 
 // operatorFailover runs an operator's failover command (do) under the
 // steady traffic and waits for ACTIVE with the amphorae in gone replaced;
-// it prints the time and what the traffic met, and fails on an outage
-// longer than a VRRP takeover or on more outages than the VIP can have
-// moved (away from and back to each replaced amphora).
+// it prints the time, what the traffic met and where the VIP went. It
+// fails on an HTTP outage during which the VIP did not move (traffic
+// failing beyond a VRRP takeover), on one longer than a takeover, and on
+// more VIP moves than the flow explains: each replaced amphora may lose
+// the VIP and, as its replacement takes its role and priority (Octavia's
+// MASTER preempts: keepalived ignores nopreempt for an initial state of
+// MASTER), get it back.
 func (s *scene) operatorFailover(t *testing.T, tr *steady, what string, gone []apiAmphora, do func()) {
 	t.Helper()
 	old := amphoraeOf(t, s, s.lb.ID)
@@ -148,15 +258,29 @@ func (s *scene) operatorFailover(t *testing.T, tr *steady, what string, gone []a
 		time.Duration(len(gone))*failoverBuild)
 	took := time.Since(from)
 	holder := s.checkPair(t, old, now, gone)
-	h, u := tr.http.Since(from), tr.udp.Since(from)
-	t.Logf("%s → ACTIVE in %.1fs (PENDING_UPDATE seen %v); VIP on the %s; HTTP: %v; UDP: %v",
-		what, took.Seconds(), !busy.IsZero(), holder.Role, h, u)
+	h, u, moves := tr.http.Since(from), tr.udp.Since(from), tr.vip.since(from)
+	t.Logf("%s → ACTIVE in %.1fs (PENDING_UPDATE seen %v); VIP on the %s; HTTP: %v; UDP: %v; the VIP moved %d times: %v",
+		what, took.Seconds(), !busy.IsZero(), holder.Role, h, u, len(moves), moves)
 	if failed := flowFailures(worker, before); failed != "" {
 		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
 	}
-	if len(h.Outages) > 2*len(gone) || h.Longest() >= takeoverLimit {
-		t.Errorf("%s: HTTP through the VIP had %d outages (at most %d VRRP moves), longest %.1fs (a takeover: under %v): %+v",
-			what, len(h.Outages), 2*len(gone), h.Longest().Seconds(), takeoverLimit, h.Outages)
+	s.checkOutages(t, what, h, moves, 2*len(gone))
+}
+
+// checkOutages fails on HTTP outages the VIP's moves do not explain, on
+// one as long as takeoverLimit, and on more than most moves.
+func (s *scene) checkOutages(t *testing.T, what string, h cloud.TrafficStats, moves []vipMove, most int) {
+	t.Helper()
+	if odd := unexplained(h.Outages, moves); len(odd) > 0 {
+		t.Errorf("%s: HTTP through the VIP failed %d times while the VIP stayed on one amphora: %+v (moves %v)",
+			what, len(odd), odd, moves)
+	}
+	if h.Longest() >= takeoverLimit {
+		t.Errorf("%s: an HTTP outage of %.1fs, longer than a VRRP takeover (under %v): %+v", what,
+			h.Longest().Seconds(), takeoverLimit, h.Outages)
+	}
+	if len(moves) > most {
+		t.Errorf("%s: the VIP moved %d times, at most %d expected: %v", what, len(moves), most, moves)
 	}
 }
 
@@ -182,8 +306,9 @@ func (s *scene) operatorFailovers(t *testing.T) {
 // (time printed), which holds the VIP; the health manager finds the dead
 // one's heartbeat stale and fails it over: ACTIVE with a new amphora in
 // its place, the pair as checkPair wants it. HTTP through the VIP fails
-// at most in one VRRP takeover and never after it. It returns the
-// amphorae afterwards.
+// only while the VIP moves: the takeover, and the replacement's
+// preemption when it takes a MASTER's role. It returns the amphorae
+// afterwards.
 func (s *scene) powerLoss(t *testing.T, tr *steady, what string, dead apiAmphora) []apiAmphora {
 	t.Helper()
 	old := amphoraeOf(t, s, s.lb.ID)
@@ -204,21 +329,24 @@ func (s *scene) powerLoss(t *testing.T, tr *steady, what string, dead apiAmphora
 	now, busy := s.waitReplaced(t, what+": the health manager's failover ACTIVE", old, 1, failoverBuild)
 	took := time.Since(off)
 	newHolder := s.checkPair(t, old, now, []apiAmphora{dead})
-	h, u := tr.http.Since(off), tr.udp.Since(off)
+	h, u, moves := tr.http.Since(off), tr.udp.Since(off), tr.vip.since(off)
 	began := "never seen"
 	if !busy.IsZero() {
 		began = fmt.Sprintf("%.1fs", busy.Sub(off).Seconds())
 	}
 	t.Logf("%s: failover began %s after the power-off (heartbeat_timeout %v), ACTIVE after %.1fs; VIP on the %s; "+
-		"HTTP: %v, %d failed after it came back; UDP: %v", what, began, asHeartbeatTimeout, took.Seconds(),
-		newHolder.Role, h, h.FailedAfter(), u)
+		"HTTP: %v, %d failed after it came back; UDP: %v; the VIP moved %d times: %v", what, began, asHeartbeatTimeout,
+		took.Seconds(), newHolder.Role, h, h.FailedAfter(), u, len(moves), moves)
 	if failed := flowFailures(worker, before); failed != "" {
 		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
 	}
-	if len(h.Outages) > 1 || h.Longest() >= takeoverLimit || h.FailedAfter() != 0 {
-		t.Errorf("%s: HTTP through the VIP had outages %+v; want at most one VRRP takeover, under %v, and no failure after it",
-			what, h.Outages, takeoverLimit)
+	// The takeover when the dead one held the VIP; the replacement's
+	// preemption when it took a MASTER's role.
+	most := 1
+	if held {
+		most = 2
 	}
+	s.checkOutages(t, what, h, moves, most)
 	return now
 }
 

@@ -485,3 +485,28 @@ func (n *Namespace) onDestroy(f func()) {
 	n.closers = append(n.closers, f)
 	n.mu.Unlock()
 }
+
+// NeighborMAC is the link-layer address the namespace's neighbour table
+// holds for ip ("" when it holds none, or no valid one): which host a
+// client there sends to, e.g. the VRRP holder of a VIP.
+func (n *Namespace) NeighborMAC(ip net.IP) (string, error) {
+	h, err := n.netlink()
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	family := netlink.FAMILY_V4
+	if ip.To4() == nil {
+		family = netlink.FAMILY_V6
+	}
+	neighs, err := h.NeighList(0, family)
+	if err != nil {
+		return "", fmt.Errorf("neighbours in %s: %w", n.String(), err)
+	}
+	for _, nb := range neighs {
+		if nb.IP.Equal(ip) && nb.HardwareAddr != nil && nb.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) == 0 {
+			return nb.HardwareAddr.String(), nil
+		}
+	}
+	return "", nil
+}
