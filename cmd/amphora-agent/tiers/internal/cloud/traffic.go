@@ -2,6 +2,7 @@ package cloud
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -24,14 +25,23 @@ type trafficSample struct {
 	err        error
 }
 
-// StartTraffic calls ask once every interval (an ask that takes longer
-// delays the next) until Stop or until it asked limit times, so the loop
-// ends even when nobody stops it. ask returns nil for a good answer; it
-// must time out on its own, quickly.
+// maxInFlight bounds the asks waiting for an answer at once (each also
+// ends on its own timeout).
+const maxInFlight = 256
+
+// StartTraffic sends an ask every interval, each on its own goroutine, so
+// one that waits for its timeout does not hold back the next (which may
+// find the service back), until Stop or until it sent limit asks, so the
+// loop ends even when nobody stops it. A tick that finds maxInFlight asks
+// still waiting sends none. ask returns nil for a good answer; it must
+// time out on its own.
 func StartTraffic(ask func() error, every time.Duration, limit int) *Traffic {
 	tr := &Traffic{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(tr.done)
+		var asking sync.WaitGroup
+		defer asking.Wait()
+		slots := make(chan struct{}, maxInFlight)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for range limit {
@@ -40,17 +50,25 @@ func StartTraffic(ask func() error, every time.Duration, limit int) *Traffic {
 				return
 			case <-tick.C:
 			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				continue
+			}
 			start := time.Now()
-			err := ask()
-			tr.mu.Lock()
-			tr.samples = append(tr.samples, trafficSample{start, time.Now(), err})
-			tr.mu.Unlock()
+			asking.Go(func() {
+				defer func() { <-slots }()
+				err := ask()
+				tr.mu.Lock()
+				tr.samples = append(tr.samples, trafficSample{start, time.Now(), err})
+				tr.mu.Unlock()
+			})
 		}
 	}()
 	return tr
 }
 
-// Stop ends the loop and waits for its last ask.
+// Stop ends the loop and waits for the asks still out.
 func (tr *Traffic) Stop() {
 	tr.once.Do(func() { close(tr.stop) })
 	<-tr.done
@@ -63,9 +81,17 @@ func (tr *Traffic) Since(from time.Time) TrafficStats {
 	return summarise(tr.samples, from)
 }
 
+// SlowAnswer is how long a good answer may take before TrafficStats
+// counts it as slow (printed, not a failure).
+const SlowAnswer = time.Second
+
 // TrafficStats is what the asks in a span of time met.
 type TrafficStats struct {
 	Asked, Failed int
+	// Slow counts the good answers that took SlowAnswer or longer, and
+	// Slowest is the longest a good answer took.
+	Slow    int
+	Slowest time.Duration
 	// Outages are the runs of failed asks, in order.
 	Outages []Outage
 	LastErr error
@@ -113,8 +139,8 @@ func (s TrafficStats) FailedAfter() int {
 }
 
 func (s TrafficStats) String() string {
-	out := fmt.Sprintf("%d asked, %d failed in %d outages, longest %.1fs", s.Asked, s.Failed, len(s.Outages),
-		s.Longest().Seconds())
+	out := fmt.Sprintf("%d asked, %d failed in %d outages, longest %.1fs; %d answered slowly (%v or more), slowest %.1fs",
+		s.Asked, s.Failed, len(s.Outages), s.Longest().Seconds(), s.Slow, SlowAnswer, s.Slowest.Seconds())
 	if s.LastErr != nil {
 		out += fmt.Sprintf(" (last failure: %v)", s.LastErr)
 	}
@@ -125,6 +151,10 @@ func (s TrafficStats) String() string {
 // failures into outages; an outage's start looks back past from for the
 // last good answer.
 func summarise(samples []trafficSample, from time.Time) TrafficStats {
+	// Asks come back out of the order they were sent in; runs of failures
+	// are runs in the order sent.
+	samples = slices.Clone(samples)
+	slices.SortStableFunc(samples, func(a, b trafficSample) int { return a.start.Compare(b.start) })
 	var s TrafficStats
 	var lastGood time.Time
 	var cur *Outage
@@ -137,6 +167,10 @@ func summarise(samples []trafficSample, from time.Time) TrafficStats {
 				cur = nil
 			}
 			lastGood = x.end
+			if took := x.end.Sub(x.start); counted && took >= SlowAnswer {
+				s.Slow++
+				s.Slowest = max(s.Slowest, took)
+			}
 		} else if counted {
 			if cur == nil {
 				cur = &Outage{From: lastGood}

@@ -2,6 +2,7 @@ package cloud
 
 import (
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,7 +11,8 @@ import (
 // TestTrafficOutages: failed asks group into outages that run from the
 // last good answer (also one before the span asked about) to the next;
 // FailedAfter counts only the failures after the first outage; an
-// outage with no good answer after it is not over.
+// outage with no good answer after it is not over; slow good answers are
+// counted apart.
 func TestTrafficOutages(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -43,10 +45,23 @@ func TestTrafficOutages(t *testing.T) {
 	if s := summarise(samples[1:3], t0); s.Failed != 0 || len(s.Outages) != 0 || s.Longest() != 0 {
 		t.Errorf("only good answers: %+v", s)
 	}
+	// Samples kept in the order they came back are taken in the order sent.
+	reversed := slices.Clone(samples)
+	slices.Reverse(reversed)
+	if r := summarise(reversed, at(250)); r.Failed != 4 || len(r.Outages) != 3 || r.Outages[0].From != at(210) {
+		t.Errorf("samples out of order: %+v, want what the ordered ones gave", r)
+	}
+	// Slow good answers are counted apart; a slow failure is a failure.
+	slow := []trafficSample{{at(0), at(0).Add(SlowAnswer), nil}, {at(100), at(2600), nil},
+		{at(3000), at(9000), lost}, {at(9100), at(9200), nil}}
+	if s := summarise(slow, t0); s.Slow != 2 || s.Slowest != 2500*time.Millisecond || s.Failed != 1 {
+		t.Errorf("slow answers: %+v, want 2 slow, the slowest 2.5s, 1 failed", s)
+	}
 }
 
 // TestTrafficBounded: the loop asks at its pace, stops after limit asks
-// on its own, and Stop ends it early.
+// on its own, and Stop ends it early; an ask still waiting does not
+// hold back the next.
 func TestTrafficBounded(t *testing.T) {
 	var n atomic.Int32
 	tr := StartTraffic(func() error { n.Add(1); return nil }, time.Millisecond, 5)
@@ -63,4 +78,16 @@ func TestTrafficBounded(t *testing.T) {
 	if again := tr.Since(time.Time{}); again.Asked != after || again.Failed != after || len(again.Outages) != 1 {
 		t.Errorf("after Stop: %+v (had %d)", again, after)
 	}
+	// An ask waiting for its answer does not hold back the next ones.
+	release := make(chan struct{})
+	var first atomic.Bool
+	tr = StartTraffic(func() error {
+		if first.CompareAndSwap(false, true) {
+			<-release
+		}
+		return nil
+	}, time.Millisecond, 1<<30)
+	WaitFor(t, 10*time.Second, "asks answered while the first waits", func() bool { return tr.Since(time.Time{}).Asked >= 5 })
+	close(release)
+	tr.Stop()
 }
