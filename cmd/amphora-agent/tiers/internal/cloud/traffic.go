@@ -103,6 +103,8 @@ type TrafficStats struct {
 type Outage struct {
 	From, To time.Time
 	Failed   int
+	// Err is the outage's last failure.
+	Err error
 }
 
 // Over reports whether a good answer ended the outage.
@@ -179,6 +181,7 @@ func summarise(samples []trafficSample, from time.Time) TrafficStats {
 				}
 			}
 			cur.Failed++
+			cur.Err = x.err
 			s.Failed++
 			s.LastErr = x.err
 		}

@@ -29,7 +29,8 @@ func TestTrafficOutages(t *testing.T) {
 		t.Fatalf("got %+v, want 7 asked, 4 failed in 3 outages", s)
 	}
 	first := s.Outages[0]
-	if first.From != at(210) || first.To != at(510) || first.Failed != 2 || s.Outages[1].Length() != 200*time.Millisecond {
+	if first.From != at(210) || first.To != at(510) || first.Failed != 2 || first.Err != lost ||
+		s.Outages[1].Length() != 200*time.Millisecond {
 		t.Errorf("outages %+v: want the first from 210 ms to 510 ms with 2 failed, the second 200 ms", s.Outages)
 	}
 	if s.Outages[2].Over() || s.FailedAfter() != 2 {
