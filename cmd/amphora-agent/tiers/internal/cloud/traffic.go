@@ -26,8 +26,10 @@ type trafficSample struct {
 }
 
 // maxInFlight bounds the asks waiting for an answer at once (each also
-// ends on its own timeout).
-const maxInFlight = 256
+// ends on its own timeout), so a slow service is not sent more than it
+// answers: with 256, the third ACTIVE_STANDBY run kept up to 100 HTTP
+// requests out at a starved amphora.
+const maxInFlight = 10
 
 // StartTraffic sends an ask every interval, each on its own goroutine, so
 // one that waits for its timeout does not hold back the next (which may
