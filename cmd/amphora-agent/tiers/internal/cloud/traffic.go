@@ -177,8 +177,10 @@ func summarise(samples []trafficSample, from time.Time) TrafficStats {
 			}
 		} else if counted {
 			if cur == nil {
+				// A good answer that came back after this ask was sent
+				// (asks overlap) does not push the outage's start past it.
 				cur = &Outage{From: lastGood}
-				if lastGood.IsZero() {
+				if lastGood.IsZero() || lastGood.After(x.start) {
 					cur.From = x.start
 				}
 			}

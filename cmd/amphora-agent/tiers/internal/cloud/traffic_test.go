@@ -52,6 +52,12 @@ func TestTrafficOutages(t *testing.T) {
 	if r := summarise(reversed, at(250)); r.Failed != 4 || len(r.Outages) != 3 || r.Outages[0].From != at(210) {
 		t.Errorf("samples out of order: %+v, want what the ordered ones gave", r)
 	}
+	// Overlapping asks: a slow good answer that came back after the next
+	// ask failed does not start the outage after it ends.
+	overlap := []trafficSample{{at(0), at(8000), nil}, {at(100), at(300), lost}, {at(200), at(500), nil}}
+	if o := summarise(overlap, t0).Outages; len(o) != 1 || o[0].From != at(100) || o[0].To != at(500) {
+		t.Errorf("overlapping asks: outages %+v, want one from 100 ms to 500 ms", o)
+	}
 	// Slow good answers are counted apart; a slow failure is a failure.
 	slow := []trafficSample{{at(0), at(0).Add(SlowAnswer), nil}, {at(100), at(2600), nil},
 		{at(3000), at(9000), lost}, {at(9100), at(9200), nil}}
