@@ -9,6 +9,7 @@
 package tiers_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,7 @@ func checkPlumbing(t *testing.T, cp *cloud.ControlPlane) {
 	if strings.TrimSpace(out) != "" {
 		t.Fatalf("a fresh control plane lists load balancers: %q", out)
 	}
+	checkBridgeMACFixed(t, cp, "br-vip")
 
 	created := time.Now()
 	lb := waitLB(t, cp, createLB(t, cp, "lb-noop"), "ACTIVE", 3*time.Minute)
@@ -126,4 +128,27 @@ func checkPlumbing(t *testing.T, cp *cloud.ControlPlane) {
 	}
 	t.Logf("driver calls: %s", strings.Join(cp.Fabric.Calls(), " "))
 	t.Logf("memory:\n%s", strings.Join(cp.Memory(), "\n"))
+}
+
+// checkBridgeMACFixed adds a port with a lower MAC than any to bridge and
+// asserts that the bridge's MAC (the gateway's and the clients' on that
+// network) stays what the control plane set.
+func checkBridgeMACFixed(t *testing.T, cp *cloud.ControlPlane, bridge string) {
+	t.Helper()
+	ip := func(args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := cp.NS.Exec(ctx, "ip", args...)
+		if err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	ip("link", "add", "lowmac0", "address", "02:00:00:00:00:01", "type", "veth", "peer", "name", "lowmac1")
+	defer ip("link", "del", "lowmac0")
+	ip("link", "set", "lowmac0", "master", bridge)
+	ip("link", "set", "lowmac0", "up")
+	if got, want := ip("-br", "link", "show", bridge), cloud.BridgeMAC(bridge); !strings.Contains(got, want) {
+		t.Errorf("%s after a port with a lower MAC joined: %q, want its own MAC %s", bridge, got, want)
+	}
 }

@@ -148,6 +148,12 @@ func Start(t testing.TB, o Options) *ControlPlane {
 		{"member6-net", "br-member6", Member6CIDR, Member6Gateway, Member6Gateway, "2001:db8:0:198::100", &c.Member6Net, &c.Member6Subnet},
 	} {
 		c.mustNS("ip", "link", "add", n.bridge, "type", "bridge")
+		// A bridge without an address of its own takes its lowest port's,
+		// so each VM's tap could change the MAC of the gateway and the
+		// clients on that network, and the amphorae's replies went to the
+		// old one until their neighbour entry was renewed (HTTP through
+		// the VIP hung during failovers). Neutron's router keeps its MAC.
+		c.mustNS("ip", "link", "set", n.bridge, "address", BridgeMAC(n.bridge))
 		c.addOwnAddr(n.ownAddr, n.cidr, n.bridge)
 		c.mustNS("ip", "link", "set", n.bridge, "up")
 		if *n.net, *n.subnet, err = c.Fabric.AddNetwork(n.name, n.cidr, n.gateway, n.firstFree, n.bridge); err != nil {
@@ -514,3 +520,13 @@ func (c *ControlPlane) Memory() []string {
 // WaitFor is testkit.WaitFor, for tests that reach the tier through this
 // package alone.
 var WaitFor = testkit.WaitFor
+
+// BridgeMAC is the fixed, locally administered MAC of one of the control
+// plane's bridges (by name), which its ports never change.
+func BridgeMAC(bridge string) string {
+	sum := 0
+	for _, c := range bridge {
+		sum = sum*31 + int(c)
+	}
+	return fmt.Sprintf("02:aa:%02x:%02x:%02x:01", byte(sum>>16), byte(sum>>8), byte(sum))
+}
