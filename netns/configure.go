@@ -86,8 +86,23 @@ func (c *configurator) up(ctx context.Context, f *InterfaceFile) error {
 	return c.upFrom(ctx, f, nil)
 }
 
+// upAll is up for an operator's `interface up`: every up-script runs even
+// on a link already up, as upstream's amphora-interface does since Octavia
+// 14 (12.0.1, 13.0.1), so it puts back masquerade rules that went missing.
+// The agent's own masquerade script replaces an interface's rules, so
+// running it again adds nothing twice.
+func (c *configurator) upAll(ctx context.Context, f *InterfaceFile) error {
+	return c.apply(ctx, f, nil, true)
+}
+
 // upFrom is up for an interface whose file replaces prev (nil: none known).
 func (c *configurator) upFrom(ctx context.Context, f, prev *InterfaceFile) error {
+	return c.apply(ctx, f, prev, false)
+}
+
+// apply brings f up; allScripts runs every up-script whatever the link's
+// state was.
+func (c *configurator) apply(ctx context.Context, f, prev *InterfaceFile, allScripts bool) error {
 	if f.IsSRIOV && c.rules != nil {
 		if err := c.rules.ensureBase(ctx); err != nil {
 			return err
@@ -136,13 +151,12 @@ func (c *configurator) upFrom(ctx context.Context, f, prev *InterfaceFile) error
 			return err
 		}
 	}
-	// Up-scripts run when the link comes up, as upstream: re-plugging,
-	// restarting the agent or `interface up` on a link already up would
-	// otherwise append their rules again. On a link already up, a new file
-	// runs only the commands that changed (upstream never does, so a port
-	// that gained an IP family never got that family's masquerade rules).
+	// Up-scripts run when the link comes up. On a link already up (an agent
+	// restart, a re-plug) a new file runs only the commands that changed:
+	// Octavia before 14 ran none there, so a port that gained an IP family
+	// never got that family's masquerade rules; 14 runs them all.
 	up, down := f.Scripts.Up, []Command(nil)
-	if !cameUp {
+	if !cameUp && !allScripts {
 		if prev == nil {
 			return nil
 		}

@@ -550,9 +550,11 @@ func dumpFiles(dir string) string {
 	return b.String()
 }
 
-// TestScriptsRunWhenLinkComesUp: `interface up` on a link already up (an
-// agent restart, the image's amphora-interface) leaves the up-scripts
-// alone, as upstream; after `down` the next `up` runs them again.
+// TestScriptsRunWhenLinkComesUp: the agent's own restore (an agent
+// restart) on a link already up leaves the up-scripts alone; the
+// operator's `interface up` runs every one of them on each call, as
+// upstream's amphora-interface since Octavia 14, and `down` runs the
+// down-scripts.
 func TestScriptsRunWhenLinkComesUp(t *testing.T) {
 	r := newRig(t, false)
 	ctx := context.Background()
@@ -568,12 +570,21 @@ func TestScriptsRunWhenLinkComesUp(t *testing.T) {
 		}
 		return runs
 	}
-	for _, action := range []string{"up", "up", "up", "down", "up", "up"} {
+	plugged := scripts()
+	for range 2 {
+		if err := r.n.Restore(ctx); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+	}
+	if got := scripts(); !slices.Equal(got, plugged) {
+		t.Errorf("scripts run by the plug and two restores: %q, want only the plug's %q", got, plugged)
+	}
+	for _, action := range []string{"up", "up", "down", "up"} {
 		if err := r.n.Interfaces(ctx, action, "eth1"); err != nil {
 			t.Fatalf("interface %s: %v", action, err)
 		}
 	}
-	want := []string{"add ipv4 eth1", "delete ipv4 eth1", "add ipv4 eth1"}
+	want := append(plugged, "add ipv4 eth1", "add ipv4 eth1", "delete ipv4 eth1", "add ipv4 eth1")
 	if got := scripts(); !slices.Equal(got, want) {
 		t.Errorf("scripts run: %q, want %q", got, want)
 	}

@@ -111,7 +111,7 @@ func (n *Network) AdoptLatePorts(ctx context.Context, rescan bool) ([]Plugged, e
 	moved, missing, err := n.movePlugged(plugged)
 	errs := []error{err}
 	for _, name := range moved {
-		errs = append(errs, n.Interfaces(ctx, "up", name))
+		errs = append(errs, n.interfaces(ctx, "up", name, nil))
 	}
 	if len(missing) > 0 && rescan {
 		n.pciRescan()
@@ -119,18 +119,26 @@ func (n *Network) AdoptLatePorts(ctx context.Context, rescan bool) ([]Plugged, e
 	return missing, errors.Join(errs...)
 }
 
-// Interfaces is `interface up|down <name|all>`: it applies (or takes
-// down) the named interface file, or all of them.
+// Interfaces is the operator's `interface up|down <name|all>`: it applies
+// (or takes down) the named interface file, or all of them. Its up runs
+// every up-script, also on a link already up.
 func (n *Network) Interfaces(ctx context.Context, action, name string) error {
+	if action == "up" {
+		action = "up-all"
+	}
 	return n.interfaces(ctx, action, name, nil)
 }
 
-// interfaces is Interfaces, skipping the named files when name is "all".
+// interfaces applies action to the named file, or to all of them but
+// those in skip when name is "all". The agent's own "up" runs up-scripts
+// only for a link that comes up.
 func (n *Network) interfaces(ctx context.Context, action, name string, skip map[string]bool) error {
 	var fn func(context.Context, *InterfaceFile) error
 	switch action {
 	case "up":
 		fn = n.conf.up
+	case "up-all":
+		fn, action = n.conf.upAll, "up"
 	case "down":
 		fn = n.conf.down
 	default:
