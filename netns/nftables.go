@@ -31,7 +31,7 @@ type FirewallRule struct {
 // array of objects with exactly protocol (TCP, UDP, SCTP, or vrrp in lower
 // case), cidr (string or null) and port (a number from 1 to 65535).
 // Stricter than the schema, because the values end up in an nftables file:
-// cidr must be an IP network and port an integer. Anything else is the
+// cidr must be an IP network (or empty) and port an integer. Anything else is the
 // framework 400 "Invalid rules information".
 func DecodeFirewallRules(body []byte) ([]FirewallRule, error) {
 	bad := fault.BadRequest(descInvalidRules)
@@ -63,7 +63,8 @@ func DecodeFirewallRules(body []byte) ([]FirewallRule, error) {
 		}
 		if string(raw) != "null" {
 			var s string
-			if json.Unmarshal(raw, &s) != nil || !validCIDR(s) {
+			// An empty cidr is any source, as upstream renders it.
+			if json.Unmarshal(raw, &s) != nil || (s != "" && !validCIDR(s)) {
 				return nil, bad
 			}
 			r.CIDR = &s

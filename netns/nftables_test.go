@@ -18,6 +18,7 @@ func TestDecodeFirewallRules(t *testing.T) {
 		{`[{"protocol":"SCTP","cidr":"2001:db8::/64","port":1}]`, true},
 		{`[{"protocol":"TCP","cidr":"192.0.2.7","port":65535}]`, true},
 		{`[{"protocol":"TCP","cidr":null,"port":80.0}]`, true},
+		{`[{"protocol":"TCP","cidr":"","port":80}]`, true}, // any source, as upstream
 		{`[{"protocol":"VRRP","cidr":null,"port":112}]`, false}, // vrrp is lower case only
 		{`[{"protocol":"tcp","cidr":null,"port":80}]`, false},
 		{`[{"protocol":"ICMP","cidr":null,"port":80}]`, false},
@@ -51,7 +52,7 @@ func TestDecodeFirewallRules(t *testing.T) {
 }
 
 func TestRenderRules(t *testing.T) {
-	rules, err := DecodeFirewallRules([]byte(`[{"protocol":"TCP","cidr":"192.0.2.0/24","port":8080},{"protocol":"UDP","cidr":null,"port":80},
+	rules, err := DecodeFirewallRules([]byte(`[{"protocol":"TCP","cidr":"192.0.2.0/24","port":8080},{"protocol":"UDP","cidr":null,"port":80},{"protocol":"UDP","cidr":"","port":53},
 		{"protocol":"SCTP","cidr":"0.0.0.0/0","port":9000},{"protocol":"TCP","cidr":"2001:db8::/64","port":443},{"protocol":"vrrp","cidr":"203.0.113.5/32","port":112}]`))
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +76,7 @@ table inet amphora_table {
   chain amphora_vip_chain {
       ip saddr 192.0.2.0/24 tcp dport 8080 accept
       udp dport 80 accept
+      udp dport 53 accept
       sctp dport 9000 accept
       ip6 saddr 2001:db8::/64 tcp dport 443 accept
       ip saddr 203.0.113.5/32 ip protocol 112 accept
