@@ -32,7 +32,7 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/acceptretry", "agent/dirlock", "agent/etag", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
+		from: []string{"agent/acceptretry", "agent/caller", "agent/dirlock", "agent/etag", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
 		deny: []string{"..."},
 		// Their own test helpers and the shared test kit, themselves
 		// free of the module.
