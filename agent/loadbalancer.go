@@ -142,6 +142,9 @@ func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (stri
 		return "", err
 	}
 	if action != actionStop && !a.Config().ActiveStandby() {
+		// The start may have waited as long as the controller did.
+		ctx, cancel := renewed(ctx)
+		defer cancel()
 		a.advertiseVIPs(ctx, id)
 	}
 	switch {
