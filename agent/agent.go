@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/amphora-agent/amphora-agent/agent/caller"
 	"github.com/amphora-agent/amphora-agent/agent/config"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
@@ -335,13 +334,13 @@ func (a *Agent) exclusive(ctx context.Context, fn func(context.Context) error) e
 		}
 	}
 	defer func() { <-a.mutate }()
-	ctx, cancel := renewed(caller.With(ctx))
+	ctx, cancel := renewed(ctx)
 	defer cancel()
 	return fn(ctx)
 }
 
 // renewed is ctx detached from its cancellation with a mutation's own
-// deadline; the client stays recorded.
+// deadline; the client that asked (recorded by the API) stays recorded.
 func renewed(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), mutationTimeout)
 }

@@ -19,6 +19,16 @@ import (
 type slowLBs struct {
 	fakeLBs
 	left atomic.Int32 // starts that ended because their client left
+	// leftAt is when the last of them ended.
+	leftAt atomic.Pointer[time.Time]
+	// restoreAsked: the restore ran as if a client had asked for it.
+	restoreAsked atomic.Bool
+}
+
+func (s *slowLBs) Restore(ctx context.Context) error {
+	_, asked := caller.Of(ctx)
+	s.restoreAsked.Store(asked)
+	return nil
 }
 
 func (s *slowLBs) start(ctx context.Context) error {
@@ -30,6 +40,8 @@ func (s *slowLBs) start(ctx context.Context) error {
 	case <-time.After(80 * time.Second):
 	case <-c.Done():
 		s.left.Add(1)
+		now := time.Now()
+		s.leftAt.Store(&now)
 	}
 	return nil
 }
@@ -61,7 +73,8 @@ func TestAskedStartsWaitAsLongAsTheirClient(t *testing.T) {
 		f.write("lib/lb1/haproxy.cfg", "frontend L1\n    mode http\n    bind 203.0.113.10:80\n")
 
 		begun := time.Now()
-		if _, err := a.LoadBalancerAction(context.Background(), "lb1", "start"); err != nil {
+		// As the API hands it on (see api.unbudgeted).
+		if _, err := a.LoadBalancerAction(caller.With(context.Background()), "lb1", "start"); err != nil {
 			t.Fatal(err)
 		}
 		if took := time.Since(begun); took < 80*time.Second {
@@ -73,13 +86,64 @@ func TestAskedStartsWaitAsLongAsTheirClient(t *testing.T) {
 
 		req, leave := context.WithCancel(context.Background())
 		time.AfterFunc(10*time.Second, leave)
-		_, err := a.LoadBalancerAction(req, "lb1", "reload")
+		_, err := a.LoadBalancerAction(caller.With(req), "lb1", "reload")
 		if fe, ok := fault.As(err); !ok || fe.Message != "Request abandoned" {
 			t.Fatalf("reload whose client left: %v", err)
 		}
 		synctest.Wait()
 		if n := lbs.left.Load(); n != 1 {
 			t.Fatalf("%d starts ended with their client, want 1", n)
+		}
+	})
+}
+
+// The restore at start-up is nobody's request: its starts keep the short
+// bound and are followed in the background.
+func TestRestoreIsNotAsked(t *testing.T) {
+	dir := t.TempDir()
+	cfg := configtest.Load(t, dir, baseConfig(dir))
+	lbs := &slowLBs{fakeLBs: fakeLBs{running: map[string]bool{}}}
+	a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs})
+	defer a.Close()
+	if err := a.restoreDaemons(context.Background(), func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if lbs.restoreAsked.Load() {
+		t.Fatal("the restore's starts wait as if a client had asked for them")
+	}
+}
+
+// A reload that several clients joined (queued behind another change)
+// waits for its start until the last of them has gone.
+func TestJoinedReloadWaitsForItsLastClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := configtest.Load(t, dir, baseConfig(dir))
+		lbs := &slowLBs{fakeLBs: fakeLBs{running: map[string]bool{}}}
+		a := New(Options{Config: cfg, Runner: fakeRunner{}, LoadBalancers: lbs,
+			Advertise: func(context.Context, string, []netip.Addr) error { return nil }})
+		defer a.Close()
+		f := &fixture{dir: dir}
+		f.write("lib/lb1/haproxy.cfg", "frontend L1\n    mode http\n")
+
+		begun := time.Now()
+		go a.LoadBalancerAction(caller.With(context.Background()), "lb1", "start") // holds the lock 80 s
+		synctest.Wait()
+		for _, leaveAfter := range []time.Duration{90 * time.Second, 100 * time.Second} {
+			req, leave := context.WithCancel(context.Background())
+			time.AfterFunc(leaveAfter, leave)
+			go a.LoadBalancerAction(caller.With(req), "lb1", "reload")
+			synctest.Wait() // the first one makes the run, the second joins it
+		}
+		time.Sleep(200 * time.Second)
+		synctest.Wait()
+		at := lbs.leftAt.Load()
+		if lbs.left.Load() != 1 || at == nil || at.Sub(begun) != 100*time.Second {
+			var after time.Duration
+			if at != nil {
+				after = at.Sub(begun)
+			}
+			t.Fatalf("%d starts ended with their clients, the last %v after the first request", lbs.left.Load(), after)
 		}
 	})
 }
