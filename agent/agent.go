@@ -304,7 +304,10 @@ func (a *Agent) loadBalancerGone(lb string) {
 }
 
 // mutationTimeout bounds one mutation once it holds the lock; each
-// lifecycle step inside has a tighter deadline of its own.
+// lifecycle step inside has a tighter deadline of its own. The waits that
+// last as long as the client does (a start it asked for, a config check)
+// are bounded by the client instead (caller.Of); what follows them gets a
+// deadline of its own (renewed).
 const mutationTimeout = 55 * time.Second
 
 // exclusive runs fn while holding the mutation lock, so concurrent
@@ -331,9 +334,15 @@ func (a *Agent) exclusive(ctx context.Context, fn func(context.Context) error) e
 		}
 	}
 	defer func() { <-a.mutate }()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mutationTimeout)
+	ctx, cancel := renewed(ctx)
 	defer cancel()
 	return fn(ctx)
+}
+
+// renewed is ctx detached from its cancellation with a mutation's own
+// deadline; the client that asked (recorded by the API) stays recorded.
+func renewed(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), mutationTimeout)
 }
 
 // locked is exclusive for a mutation that answers with a value.

@@ -51,10 +51,12 @@ func (c *coalescer) do(ctx context.Context, key string, fn func(wait context.Con
 	case <-ctx.Done():
 		c.mu.Lock()
 		call.waiters--
-		if call.waiters == 0 && !call.locked {
-			// Nobody wants it any more and it changed nothing yet.
+		if call.waiters == 0 {
+			// Nobody wants it any more: one that changed nothing yet
+			// gives up, one under way stops waiting for what only its
+			// callers wait for (caller.Of) and runs to its end.
 			call.abandon()
-			if c.pending[key] == call {
+			if !call.locked && c.pending[key] == call {
 				delete(c.pending, key)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/caller"
 	"github.com/amphora-agent/amphora-agent/agent/etag"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/health"
@@ -95,7 +96,12 @@ func (a *Agent) LoadBalancerAction(ctx context.Context, id, action string) (stri
 			return a.loadBalancerAction(ctx, id, action)
 		})
 	}
+	_, asked := caller.Of(ctx)
 	return a.reloads.do(ctx, id, func(wait context.Context, holding func()) (string, error) {
+		if asked {
+			// The run's clients are all those that joined it.
+			wait = caller.With(wait)
+		}
 		return locked(a, wait, func(ctx context.Context) (string, error) {
 			holding()
 			return a.loadBalancerAction(ctx, id, action)
@@ -142,6 +148,9 @@ func (a *Agent) loadBalancerAction(ctx context.Context, id, action string) (stri
 		return "", err
 	}
 	if action != actionStop && !a.Config().ActiveStandby() {
+		// The start may have waited as long as the controller did.
+		ctx, cancel := renewed(ctx)
+		defer cancel()
 		a.advertiseVIPs(ctx, id)
 	}
 	switch {

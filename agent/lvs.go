@@ -95,6 +95,9 @@ func (a *Agent) lvsAction(ctx context.Context, id, action string) (string, error
 		return "", fault.Internal("Failed to "+action+" keepalivedlvs listener "+id, err.Error(), err)
 	}
 	if action != actionStop && !a.Config().ActiveStandby() {
+		// The start may have waited as long as the controller did.
+		ctx, cancel := renewed(ctx)
+		defer cancel()
 		if cfg, err := a.lvs.Config(id); err == nil {
 			if err := a.advertise(ctx, a.Config().Namespace, keepalived.VIPs(cfg)); err != nil {
 				a.log.Warn("advertising VIPs", zap.String("listener", id), zap.Error(err))

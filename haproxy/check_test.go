@@ -16,9 +16,10 @@ import (
 )
 
 // A lua-load script runs inside `haproxy -c`. One that starts a long child
-// must not hold the upload (and the agent's mutation lock) past the check
-// deadline, whether HAProxy waits for the child or the child outlives
-// HAProxy holding its output; either way the child is killed.
+// must not hold the upload (and the agent's mutation lock) past the
+// client's wait, whether HAProxy waits for the child or the child outlives
+// HAProxy holding its output; either way the child is killed, and a check
+// cut short is a 500 (it says nothing about the config), never a 400.
 func TestUploadWithLongLuaChildEndsAtTheDeadline(t *testing.T) {
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
@@ -37,7 +38,6 @@ func TestUploadWithLongLuaChildEndsAtTheDeadline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			st := realStore(t, bin, dir)
-			st.CheckTimeout = timeout
 			pidFile, script := filepath.Join(dir, "child.pid"), filepath.Join(dir, "spawn.lua")
 			lua := fmt.Sprintf("os.execute(%q)\n", fmt.Sprintf(c.shell, pidFile))
 			if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
@@ -46,8 +46,10 @@ func TestUploadWithLongLuaChildEndsAtTheDeadline(t *testing.T) {
 			cfg := "global\n    lua-load " + script + "\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\n" +
 				"frontend L1\n    bind 127.0.0.1:8080\n    http-request return status 200\n"
 
+			req, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
 			start := time.Now()
-			err := st.Upload(context.Background(), "AMP1", "lb1", []byte(cfg))
+			err := st.Upload(asUploaded(req), "AMP1", "lb1", []byte(cfg))
 			took := time.Since(start)
 			if bound := timeout + 4*time.Second; took > bound {
 				t.Errorf("upload answered after %v, want at most %v", took, bound)
@@ -55,8 +57,8 @@ func TestUploadWithLongLuaChildEndsAtTheDeadline(t *testing.T) {
 			if c.valid && err != nil {
 				t.Errorf("upload: %v", err)
 			}
-			if fe, ok := fault.As(err); !c.valid && (!ok || fe.Kind != fault.KindInvalid || !strings.Contains(fe.Details, "did not finish")) {
-				t.Errorf("upload: %v; want invalid, naming the deadline", err)
+			if fe, ok := fault.As(err); !c.valid && (!ok || fe.Kind != fault.KindInternal || !strings.Contains(fe.Details, "did not finish")) {
+				t.Errorf("upload: %v; want an internal error, saying the check did not finish", err)
 			}
 			data, err := os.ReadFile(pidFile)
 			if err != nil {

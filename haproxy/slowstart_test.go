@@ -51,11 +51,10 @@ func uploadSlow(t *testing.T, st *Store, cfg []byte, seconds int) {
 	testkit.WriteFile(t, marker, "")
 }
 
-// A start whose master is alive but still loading when StartWait passes
-// is answered success, as upstream's (whose systemctl waits for READY
-// past the controller's read timeout, which retries), not killed: the
-// same master goes on to serve the config, and the config becomes the
-// last good one only after it served.
+// A start nobody waits on (a restore, a respawn: no caller) whose master
+// is alive but still loading when StartWait passes is answered success,
+// not killed: the same master goes on to serve the config, and the config
+// becomes the last good one only after it served.
 func TestSupervisorSlowStartIsAnsweredAndFollowed(t *testing.T) {
 	sup, st, port, _ := slowStartSupervisor(t)
 	uploadSlow(t, st, testConfig(st, port, "gen1"), 2)

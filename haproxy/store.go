@@ -11,11 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/amphora-agent/amphora-agent/agent/caller"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/procgroup"
@@ -33,9 +33,6 @@ type Store struct {
 	// environment daemons get.
 	Runner procgroup.Runner
 	Log    *zap.Logger
-	// CheckTimeout bounds one `haproxy -c` (lua-load scripts run in it);
-	// zero means DefaultCheckTimeout.
-	CheckTimeout time.Duration
 	// FDLimit returns the open-files limit HAProxy will run under; nil
 	// means this process's hard RLIMIT_NOFILE.
 	FDLimit func() uint64
@@ -45,10 +42,6 @@ type Store struct {
 
 	memo checkMemo
 }
-
-// DefaultCheckTimeout bounds a validation: HAProxy checks a large config
-// in well under a second, and the upload holds the mutation lock meanwhile.
-const DefaultCheckTimeout = 30 * time.Second
 
 // State is what the agent remembers about a load balancer between
 // restarts and reboots.
@@ -140,6 +133,12 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 			os.Remove(staged)
 			return fault.Internalf("%w", err)
 		}
+		if errors.Is(err, errNotChecked) {
+			// Says nothing about the config: answered 500, never 400,
+			// which the controller would take as final.
+			os.Remove(staged)
+			return fault.Internal("Error checking haproxy configuration", out, err)
+		}
 		if rerr := os.Rename(staged, s.Layout.FailedPath(lb)); rerr != nil {
 			s.Log.Warn("keeping the rejected config", zap.String("lb", lb), zap.Error(rerr))
 		}
@@ -171,15 +170,17 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 	return nil
 }
 
+// errNotChecked: `haproxy -c` could not run, or was cut short, so it said
+// nothing about the config.
+var errNotChecked = errors.New("haproxy -c did not check the configuration")
+
 // check runs HAProxy's own validation, exactly as every later start and
-// reload loads the config (same -f files, same -L peer).
+// reload loads the config (same -f files, same -L peer). Like upstream's,
+// it runs as long as it takes while the client that asked waits
+// (caller.Of; ctx otherwise). Only HAProxy's own verdict is a rejection;
+// a check that could not run or was cut short is errNotChecked.
 func (s *Store) check(ctx context.Context, lb, path, peer string) (string, error) {
-	timeout := s.CheckTimeout
-	if timeout <= 0 {
-		timeout = DefaultCheckTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	ctx = caller.Or(ctx)
 	args := []string{"-c", "-L", peer, "-f", path, "-f", s.UserGroupFile}
 	var (
 		out []byte
@@ -197,8 +198,13 @@ func (s *Store) check(ctx context.Context, lb, path, peer string) (string, error
 		if len(out) == 0 {
 			out = []byte(err.Error())
 		}
-		if ctx.Err() != nil {
-			out = fmt.Appendf(bytes.TrimRight(out, "\n"), "\nhaproxy -c did not finish within %v", timeout)
+		switch {
+		case ctx.Err() != nil:
+			out = fmt.Appendf(bytes.TrimRight(out, "\n"), "\nhaproxy -c did not finish: %v", context.Cause(ctx))
+			return string(out), fmt.Errorf("%w: %w", errNotChecked, ctx.Err())
+		case procgroup.NotRun(err):
+			out = fmt.Appendf(bytes.TrimRight(out, "\n"), "\nhaproxy -c could not run: %v", err)
+			return string(out), fmt.Errorf("%w: %w", errNotChecked, err)
 		}
 		return string(out), err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/coreos/go-systemd/v22/journal"
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/caller"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
@@ -24,12 +25,15 @@ import (
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
-// Timeouts of one lifecycle step. A start or reload and its rollback
-// together stay under 30 s, well inside the controller's 60 s read
-// timeout. Stopping uses procwatch's default (10 s).
+// Timeouts of one lifecycle step. Stopping uses procwatch's default
+// (10 s). A start the controller asked for waits for readiness as long as
+// upstream's systemctl start (procwatch.DefaultAskedStartTimeout) while
+// the controller waits; the steps after such a wait get a deadline of
+// their own.
 const (
-	// DefaultStartWait is how long a start waits for the master to list a
-	// worker before it is answered anyway (see SupervisorOptions.StartWait).
+	// DefaultStartWait is how long a start nobody waits on (a restore, a
+	// respawn) waits for the master to list a worker before it is answered
+	// anyway (see SupervisorOptions.StartWait).
 	DefaultStartWait = procwatch.DefaultStartTimeout
 	// DefaultReloadWait is how long a reload waits for the master's new
 	// worker before it is answered anyway (see SupervisorOptions.ReloadWait).
@@ -41,8 +45,8 @@ const (
 	// quietMasterAsks is how many times the settle watch asks a master that
 	// does not answer before it gives up without acting.
 	quietMasterAsks = 3
-	// DefaultOperationTimeout bounds a whole start or reload including its
-	// rollback: the controller must get its 500 within 30 s.
+	// DefaultOperationTimeout bounds each step of a start or reload not
+	// bounded by the client's wait (the rollback, the reload signal).
 	DefaultOperationTimeout = 28 * time.Second
 	stateTimeout            = 3 * time.Second
 	// settle is how long a new worker is watched after a reload was
@@ -90,12 +94,14 @@ type SupervisorOptions struct {
 	// The reload is answered and its outcome followed in the background.
 	ReloadWait time.Duration
 	// StartWait (DefaultStartWait when zero) is the same bound for a start
-	// (also a reload of a stopped LB, a restore and a respawn). Upstream's
-	// systemctl start waits for HAProxy's READY for up to 90 s, past the
-	// controller's 60 s read timeout (which it then retries): a master
-	// alive and loading then is answered for and followed, never killed
-	// for being slow.
+	// nobody waits on (a restore, a respawn). A start the controller asked
+	// for (also a reload of a stopped LB) waits, as upstream's systemctl
+	// start does for HAProxy's READY, up to AskedStartWait while the
+	// controller waits. A master alive and loading then is answered for
+	// and followed, never killed for being slow.
 	StartWait time.Duration
+	// AskedStartWait: procwatch.DefaultAskedStartTimeout when zero.
+	AskedStartWait time.Duration
 	// OperationTimeout (DefaultOperationTimeout when zero) bounds a whole
 	// start or reload, its rollback included.
 	OperationTimeout time.Duration
@@ -193,7 +199,9 @@ func (s *Supervisor) History(lb string) (h procwatch.History, ok bool) {
 // detach gives a lifecycle step its own deadline, cut loose from the
 // request that asked for it: once begun, a start, stop, reload or delete
 // runs to completion even if the controller hangs up, so it never leaves
-// a half-done state (a rollback of a valid config, a killed master).
+// a half-done state (a rollback of a valid config, a killed master). The
+// request stays recorded (caller.Of) for the waits that last as long as
+// the controller does; after one of those, detach again.
 func (s *Supervisor) detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.OperationTimeout)
 }
@@ -212,10 +220,27 @@ func (s *Supervisor) Start(ctx context.Context, lb string) error {
 			return fault.Internalf("%w", err)
 		}
 		if h.Proc() != nil {
-			return nil
+			return in.awaitAsked(ctx, h)
 		}
 		return in.startOrRestore(ctx, h, "Error starting haproxy")
 	})
+}
+
+// awaitAsked serves a start asked for while an earlier one, answered when
+// its client went away, is still loading: like upstream's systemctl start
+// joining the start job under way, it waits for that start's outcome
+// while its client waits.
+func (in *instance) awaitAsked(ctx context.Context, h *procwatch.Held) error {
+	if _, ok := caller.Of(ctx); !ok || !h.Starting() {
+		return nil
+	}
+	wait, cancel := h.WaitContext(ctx, 0)
+	defer cancel()
+	err := h.AwaitStart(wait)
+	if err == nil || errors.Is(err, procwatch.ErrStillStarting) {
+		return nil
+	}
+	return fault.Internal("Error starting haproxy", in.output(0, err), err)
 }
 
 // Stop stops lb and remembers that it must stay stopped.
@@ -356,12 +381,13 @@ func (s *Supervisor) newInstance(lb string) *instance {
 			t, err := stats.ShowProc(ctx, sock)
 			return err == nil && len(t.Workers) > 0
 		},
-		OnDeath:      in.died,
-		OnReady:      in.readyLate,
-		StartTimeout: s.opts.StartWait,
-		Backoff:      s.opts.Backoff,
-		After:        s.opts.After,
-		Journal:      journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
+		OnDeath:           in.died,
+		OnReady:           in.readyLate,
+		StartTimeout:      s.opts.StartWait,
+		AskedStartTimeout: s.opts.AskedStartWait,
+		Backoff:           s.opts.Backoff,
+		After:             s.opts.After,
+		Journal:           journalfwd.Options{Sink: s.opts.Journal, Identifier: l.JournalIdentifier(lb), Priority: Priority},
 	}, s.done)
 	return in
 }
@@ -429,9 +455,11 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 		return false, fault.Internalf("%w", err)
 	}
 	if h.Starting() {
-		wait, cancel := context.WithTimeout(ctx, in.s.opts.ReloadWait)
+		wait, cancel := h.WaitContext(ctx, in.s.opts.ReloadWait)
 		err := h.AwaitStart(wait)
 		cancel()
+		ctx, cancel = in.s.detach(ctx)
+		defer cancel()
 		if errors.Is(err, procwatch.ErrStillStarting) {
 			return in.reloadStarting(ctx, h)
 		}
@@ -444,9 +472,13 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 	// As upstream's ExecReload: never hand the master a config that does
 	// not pass the check (the file or the user/group file may have changed
 	// since the upload).
-	if out, err := in.check(ctx); err != nil {
+	out, err := in.check(ctx)
+	if err != nil {
 		return false, fault.Internal("Error reloading haproxy", out, err)
 	}
+	// The check ran as long as the client waited.
+	ctx, cancel := in.s.detach(ctx)
+	defer cancel()
 	// The config that ran until now becomes the last good one while the
 	// master reloads: only a rollback reads it, and none starts before the
 	// reload's outcome is known.
@@ -798,6 +830,9 @@ func (in *instance) restoreLastGoodFile() error {
 // HAProxy run it, so a bad push never leaves the LB down. The rejected
 // config is kept as haproxy.cfg.new-failed.
 func (in *instance) rollback(ctx context.Context, h *procwatch.Held) error {
+	// Nobody asked for it: the failure is answered without waiting for
+	// its start, which is followed in the background if slow.
+	ctx = caller.Without(ctx)
 	if err := in.restoreLastGoodFile(); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("no last good configuration: %w", err)
@@ -832,7 +867,10 @@ func (in *instance) startOrRestore(ctx context.Context, h *procwatch.Held, messa
 	cur, cerr := os.ReadFile(l.ConfigPath(in.lb))
 	if gerr == nil && cerr == nil && string(good) != string(cur) {
 		in.log().Error("start failed; putting the last good config back", zap.String("output", output))
-		if rerr := in.rollback(ctx, h); rerr != nil {
+		// The start may have waited as long as its client did.
+		rctx, cancel := in.s.detach(ctx)
+		defer cancel()
+		if rerr := in.rollback(rctx, h); rerr != nil {
 			output += "\nrollback to the last good configuration failed: " + rerr.Error()
 		}
 	}

@@ -19,17 +19,19 @@ import (
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
-// opTimeout bounds a whole start, reload or stop (a restart is a stop and
-// a start), inside the controller's 60 s request timeout.
+// opTimeout bounds a start, reload or stop (a restart is a stop and a
+// start), except the wait for a start the controller asked for, which
+// lasts as long as the controller waits (procwatch.Spec.AskedStartTimeout,
+// upstream's systemctl start of its Type=forking unit waiting for the pid
+// file up to systemd's 90 s).
 const opTimeout = 40 * time.Second
 
-// startTimeout is how long a start waits for a new keepalived to write
-// its pid file before it is answered anyway: longer than procwatch's
-// default, since on a loaded, emulated amphora (the VM tier under TCG on a
-// busy host) starts were seen to take 11 s and more. One alive then is
-// slow, not failed: upstream's systemctl start of its Type=forking unit
-// waits for the pid file up to systemd's 90 s, past the controller's 60 s
-// read timeout. It is answered for and followed (procwatch.Spec).
+// startTimeout is how long a start nobody waits on (a restore, a respawn)
+// waits for a new keepalived to write its pid file before it is answered
+// anyway: longer than procwatch's default, since on a loaded, emulated
+// amphora (the VM tier under TCG on a busy host) starts were seen to take
+// 11 s and more. One alive then is slow, not failed: it is answered for
+// and followed (procwatch.Spec).
 const startTimeout = 20 * time.Second
 
 // Files are the paths of one keepalived instance. Each instance has its
@@ -73,8 +75,9 @@ type Options struct {
 	// Journal receives what keepalived writes outside its log (under
 	// systemd); nil keeps it in the output files only.
 	Journal journalfwd.Sink
-	// StartWait bounds how long a start waits for keepalived's pid file
-	// before it is answered (startTimeout when zero).
+	// StartWait bounds how long a start nobody waits on waits for
+	// keepalived's pid file before it is answered (startTimeout when
+	// zero).
 	StartWait time.Duration
 }
 
@@ -180,7 +183,9 @@ func (k *daemon) startOrReload(ctx context.Context) (reloaded, started bool, err
 
 func (k *daemon) reload(ctx context.Context, h *procwatch.Held) error {
 	if h.Starting() {
-		wait, cancel := context.WithTimeout(ctx, k.startWait)
+		// A start asked for while another is under way waits for it, as
+		// systemctl start joins the start job.
+		wait, cancel := h.WaitContext(ctx, k.startWait)
 		err := h.AwaitStart(wait)
 		cancel()
 		if errors.Is(err, procwatch.ErrStillStarting) {

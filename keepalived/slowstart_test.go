@@ -32,9 +32,8 @@ func slowEnv(t *testing.T) (e *fakeEnv, logs *observer.ObservedLogs, release fun
 	return e, logs, release
 }
 
-// A keepalived alive but without its pid file when StartWait passes is
-// answered for, as upstream's systemctl start (which waits up to 90 s for
-// the pid file, past the controller's read timeout) would in the end, not
+// A keepalived alive but without its pid file when StartWait passes, in a
+// start nobody waits on (no caller), is answered for and followed, not
 // killed. A reload asked for meanwhile is sent once it is ready: a SIGHUP
 // before it set up its signals would end it.
 func TestFakeKeepalivedSlowStartIsAnsweredAndFollowed(t *testing.T) {

@@ -8,19 +8,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/caller"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 	"github.com/amphora-agent/amphora-agent/netns"
 )
-
-// validateTimeout bounds one `keepalived -t`.
-const validateTimeout = 15 * time.Second
 
 // VRRPLayout names the files of the VRRP keepalived under base_path/vrrp.
 type VRRPLayout struct{ Base string }
@@ -93,6 +90,12 @@ type Validator func(ctx context.Context, path string) (string, error)
 // what it names: the config is stored and the complaints are logged.
 var ErrComplaints = errors.New("keepalived -t complains about parts keepalived skips")
 
+// ErrNotChecked is what a Validator returns when the check gave no verdict
+// (it could not run, or was cut short when the client stopped waiting):
+// the config is stored unchecked, as upstream stores every config, and a
+// warning logged.
+var ErrNotChecked = errors.New("keepalived -t did not check the config")
+
 // ErrIncludesFiles is what Test returns for a config that made keepalived
 // read other files: refused, with keepalived's output about them left out.
 var ErrIncludesFiles = errors.New("the config includes other files")
@@ -135,6 +138,9 @@ func storeValidated(ctx context.Context, validate Validator, log *zap.Logger, bo
 	if errors.Is(err, ErrComplaints) {
 		log.Warn("keepalived config stored despite keepalived -t's complaints; keepalived skips what they name",
 			zap.String("config", final), zap.String("output", out))
+	} else if errors.Is(err, ErrNotChecked) {
+		log.Warn("keepalived config stored unchecked, as upstream stores it: keepalived -t gave no verdict",
+			zap.String("config", final), zap.String("output", out), zap.Error(err))
 	} else if err != nil {
 		if rerr := os.Rename(staged, failed); rerr != nil {
 			os.Remove(staged)
@@ -167,11 +173,12 @@ func (s *VRRPStore) Configured() bool {
 // ErrComplaints. Exit status 6 (script security) hides all other faults.
 // A config that made keepalived read another file is refused with
 // ErrIncludesFiles, and the output returned is only what keepalived said
-// about the config itself (see outputAbout).
+// about the config itself (see outputAbout). It runs as long as the
+// client that asked waits (caller.Of; ctx otherwise): upstream runs no
+// check, so one that cannot run or is cut short is ErrNotChecked.
 func Test(cmdPath, namespace string) Validator {
 	return func(ctx context.Context, path string) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, validateTimeout)
-		defer cancel()
+		ctx = caller.Or(ctx)
 		cmd := procgroup.Command(ctx, cmdPath, "-t", "-f", path)
 		cmd.Env = procwatch.CleanEnv()
 		out, err := procgroup.CombinedOutput(cmd, func(cmd *exec.Cmd) error { return netns.StartIn(namespace, cmd) })
@@ -187,7 +194,9 @@ func Test(cmdPath, namespace string) Validator {
 		case err == nil:
 			return text, nil
 		case ctx.Err() != nil:
-			return text, fmt.Errorf("keepalived -t did not finish: %w", ctx.Err())
+			return text, fmt.Errorf("%w: it did not finish: %w", ErrNotChecked, ctx.Err())
+		case procgroup.NotRun(err):
+			return text, fmt.Errorf("%w: it could not run: %w", ErrNotChecked, err)
 		case errors.As(err, &ee) && (ee.ExitCode() == exitConfigTest || ee.ExitCode() == exitConfigTestSecurity):
 			if unpairedBraces(text) {
 				return text, err

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent"
+	"github.com/amphora-agent/amphora-agent/agent/caller"
 	"github.com/amphora-agent/amphora-agent/agent/fault"
 )
 
@@ -129,9 +130,13 @@ func NewHandler(svc Service, log *zap.Logger, opts Options) http.Handler {
 
 // unbudgeted wraps a mutating handler that reads no body. It gets no
 // budget: the service waits for the mutation lock as long as the client
-// does, and bounds the work once the lock is held.
+// does, and bounds the work once the lock is held. The request is recorded
+// as the client that asked (caller.With): the work runs detached from it,
+// but a start waits for readiness, and a config check runs, as long as
+// the client waits, as upstream's do.
 func (s *server) unbudgeted(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(caller.With(r.Context()))
 		if err := h(w, r); err != nil {
 			writeError(w, r, s.log, err)
 		}

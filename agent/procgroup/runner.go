@@ -3,6 +3,10 @@ package procgroup
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
+	"os/exec"
+	"syscall"
 )
 
 // Runner runs a command to completion: the one seam through which the
@@ -33,4 +37,25 @@ func (e Exec) CombinedOutput(ctx context.Context, name string, args ...string) (
 	cmd := Command(ctx, name, args...)
 	cmd.Env = e.Env
 	return CombinedOutput(cmd, nil)
+}
+
+// NotRun reports whether err, from running a command, says the command
+// gave no verdict of its own: it could not be started (a missing or
+// non-executable binary, a namespace it cannot enter), or a signal ended
+// it (a kill when its context ended, a crash). An exit status is the
+// command's own answer.
+func NotRun(err error) bool {
+	var (
+		ee    *exec.ExitError
+		xe    *exec.Error
+		pe    *fs.PathError
+		errno syscall.Errno
+	)
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode() < 0
+	case errors.As(err, &xe), errors.As(err, &pe), errors.As(err, &errno):
+		return true
+	}
+	return false
 }

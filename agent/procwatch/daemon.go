@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/amphora-agent/amphora-agent/agent/caller"
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/agent/journalfwd"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
@@ -26,6 +27,10 @@ import (
 // Defaults of a Spec's tunables.
 const (
 	DefaultStartTimeout = 12 * time.Second
+	// DefaultAskedStartTimeout is systemd's default start timeout
+	// (DefaultTimeoutStartSec), for which upstream's systemctl start
+	// blocks: see Spec.AskedStartTimeout.
+	DefaultAskedStartTimeout = 90 * time.Second
 	// DefaultSlowStartLimit is how long a start answered before its
 	// process was ready is followed further (see Spec.SlowStartLimit).
 	DefaultSlowStartLimit = 3 * time.Minute
@@ -113,12 +118,18 @@ type Spec struct {
 	// it in the background for up to SlowStartLimit more. One that is
 	// still not ready then is killed and started again with backoff, as
 	// systemd does with a unit past TimeoutStartSec under Restart=always.
-	StartTimeout   time.Duration
-	SlowStartLimit time.Duration
-	StopTimeout    time.Duration
-	Poll           time.Duration
-	Settle         time.Duration
-	MaxLog         int64
+	StartTimeout time.Duration
+	// AskedStartTimeout replaces StartTimeout for a start a client asked
+	// for and waits on (caller.Of): the start is answered once the process
+	// is ready, it died, or this much time passed, whichever comes first,
+	// unless the client goes away sooner (then it is answered and followed
+	// as above). Restores and respawns keep StartTimeout.
+	AskedStartTimeout time.Duration
+	SlowStartLimit    time.Duration
+	StopTimeout       time.Duration
+	Poll              time.Duration
+	Settle            time.Duration
+	MaxLog            int64
 	// After is the clock of the backoff before a restart and of Settle
 	// (time.After by default): a test passes its own to see those waits
 	// without spending them.
@@ -146,6 +157,9 @@ func (s *Spec) defaults() {
 	}
 	if s.StartTimeout <= 0 {
 		s.StartTimeout = DefaultStartTimeout
+	}
+	if s.AskedStartTimeout <= 0 {
+		s.AskedStartTimeout = DefaultAskedStartTimeout
 	}
 	if s.SlowStartLimit <= 0 {
 		s.SlowStartLimit = DefaultSlowStartLimit
@@ -339,11 +353,13 @@ func readRecord(path string) (map[string]json.RawMessage, error) {
 // pid file names it. On failure the process is killed and the error
 // carries its output. The caller decides whether to retry (Retry).
 //
-// A process still alive and not ready after StartTimeout is no failure
-// (upstream's systemctl waits for readiness up to systemd's 90 s, and the
-// controller retries a request it gave up on): Start returns nil with the
-// process kept, supervised and followed in the background (Starting
-// reports it meanwhile, OnReady runs when it is ready).
+// A start a client asked for waits as upstream's systemctl start does,
+// up to AskedStartTimeout while the client waits (see WaitContext), so a
+// death while loading is answered as a failure; other starts wait
+// StartTimeout. A process still alive and not ready when the wait ends is
+// no failure: Start returns nil with the process kept, supervised and
+// followed in the background (Starting reports it meanwhile, OnReady runs
+// when it is ready).
 //
 // Nothing starts without room for the pid file: a daemon that cannot
 // write it (HAProxy and keepalived do not fail when the write does) would
@@ -391,7 +407,8 @@ func (h *Held) Start(ctx context.Context) error {
 		return fmt.Errorf("starting %s: %w", s.Name, err)
 	}
 	proc := WatchChild(cmd)
-	wait, cancel := context.WithTimeout(ctx, s.StartTimeout)
+	begun := time.Now()
+	wait, cancel := h.WaitContext(ctx, s.StartTimeout)
 	defer cancel()
 	err = WaitReady(wait, proc, s.Name, s.Poll, s.Settle, s.After, func() bool { return d.ready(wait, proc) },
 		func() error { return errNotReady })
@@ -404,14 +421,15 @@ func (h *Held) Start(ctx context.Context) error {
 	if errors.Is(err, errNotReady) && roomErr == nil && proc.Alive() {
 		d.proc = proc
 		d.starting.Store(proc)
+		waited := time.Since(begun)
 		s.Log.Warn(s.Name+" is not ready yet; answering now and following its start",
-			zap.Int("pid", proc.Pid), zap.Duration("waited", s.StartTimeout))
+			zap.Int("pid", proc.Pid), zap.Duration("waited", waited.Round(time.Millisecond)))
 		d.follow(proc)
-		go d.followStart(proc)
+		go d.followStart(proc, waited)
 		return nil
 	}
 	if errors.Is(err, errNotReady) {
-		err = fmt.Errorf("%s not ready within %v", s.Name, s.StartTimeout)
+		err = fmt.Errorf("%s not ready within %v", s.Name, time.Since(begun).Round(time.Second))
 		if !proc.Alive() {
 			// It ended just as the wait did: that is what to say.
 			err = fmt.Errorf("%s %s", s.Name, proc.Status)
@@ -432,6 +450,18 @@ func (h *Held) Start(ctx context.Context) error {
 	return nil
 }
 
+// WaitContext is the context a wait for a start's readiness runs under.
+// For a start a client asked for and waits on (caller.Of) it is that
+// client's context, bounded by AskedStartTimeout and not by ctx (the
+// step's own deadline, which the caller renews after such a wait); for
+// any other start it is ctx bounded by short.
+func (h *Held) WaitContext(ctx context.Context, short time.Duration) (context.Context, context.CancelFunc) {
+	if c, ok := caller.Of(ctx); ok {
+		return context.WithTimeout(c, h.d.spec.AskedStartTimeout)
+	}
+	return context.WithTimeout(ctx, short)
+}
+
 // errNotReady: the readiness wait ended before the process was ready.
 var errNotReady = errors.New("not ready")
 
@@ -450,7 +480,7 @@ func (d *Daemon) ready(ctx context.Context, proc *Process) bool {
 // ready: ready, it is marked so and OnReady runs; still not ready after
 // SlowStartLimit, it is killed and the respawner starts it again with
 // backoff. A death meanwhile is the respawner's (see lateFailure).
-func (d *Daemon) followStart(proc *Process) {
+func (d *Daemon) followStart(proc *Process, waited time.Duration) {
 	s := &d.spec
 	ctx, cancel := context.WithTimeout(context.Background(), s.SlowStartLimit)
 	defer cancel()
@@ -475,7 +505,7 @@ func (d *Daemon) followStart(proc *Process) {
 		return
 	}
 	d.starting.Store(nil)
-	after := zap.Duration("after", (s.StartTimeout + time.Since(begun)).Round(time.Millisecond))
+	after := zap.Duration("after", (waited + time.Since(begun)).Round(time.Millisecond))
 	switch {
 	case err == nil:
 		s.Log.Info(s.Name+" started, after its start was answered", zap.Int("pid", proc.Pid), after)

@@ -32,7 +32,7 @@ var layerRules = []layerRule{
 	},
 	{
 		why:  "leaf helpers import nothing of this module",
-		from: []string{"agent/acceptretry", "agent/dirlock", "agent/etag", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
+		from: []string{"agent/acceptretry", "agent/caller", "agent/dirlock", "agent/etag", "agent/fault", "agent/fsutil", "agent/journalfwd", "agent/logging", "agent/pidfile", "agent/procgroup", "agent/tick"},
 		deny: []string{"..."},
 		// Their own test helpers and the shared test kit, themselves
 		// free of the module.
@@ -84,12 +84,13 @@ var layerRules = []layerRule{
 	},
 	{
 		// The supervision core writes its state atomically, reads pid
-		// files and forwards output to the journal like everyone else;
-		// nothing of the agent or the domains.
+		// files, forwards output to the journal and sees whether a
+		// client waits for a start like everyone else; nothing of the
+		// agent or the domains.
 		why:   "the supervision core imports only leaf helpers",
 		from:  []string{"agent/procwatch"},
 		deny:  []string{"..."},
-		allow: []string{"agent/fsutil", "agent/journalfwd", "agent/journalfwd/journalfwdtest", "agent/pidfile", "agent/tick", "agent/testkit"},
+		allow: []string{"agent/caller", "agent/fsutil", "agent/journalfwd", "agent/journalfwd/journalfwdtest", "agent/pidfile", "agent/tick", "agent/testkit"},
 	},
 	{
 		// The TLS gate retries accepts like the API once did; its tests
