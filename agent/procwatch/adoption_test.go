@@ -2,6 +2,7 @@ package procwatch
 
 import (
 	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 
 	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
@@ -106,4 +108,32 @@ func TestRestoreAdoptsAProcessThatDoesNotAnswer(t *testing.T) {
 		t.Errorf("%d processes ended", n)
 	}
 	d.With(func(h *Held) error { return h.Stop() })
+}
+
+// A started process leads a session of its own: its process group is then
+// never orphaned by the agent's exit, which would make the kernel send it
+// SIGHUP and SIGCONT if a member were stopped (HAProxy's master reloads on
+// SIGHUP). An agent restart must leave it as it is.
+func TestStartedProcessLeadsItsOwnSession(t *testing.T) {
+	var cmds []*exec.Cmd
+	spec := sleeper(t, true, func() bool { return true }, &cmds)
+	done := make(chan struct{})
+	defer close(done)
+	d := NewDaemon(spec, done)
+	if err := d.With(func(h *Held) error { return h.Start(context.Background()) }); err != nil {
+		t.Fatal(err)
+	}
+	defer d.With(func(h *Held) error { return h.Stop() })
+	pid := d.Pid()
+	sid, err := unix.Getsid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid, err := unix.Getpgid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sid != pid || pgid != pid {
+		t.Fatalf("process %d: session %d, process group %d; want its own", pid, sid, pgid)
+	}
 }

@@ -374,13 +374,17 @@ func (h *Held) Start(ctx context.Context) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group: signals meant for the agent (a terminal's
-	// Ctrl-C, a service manager stopping the agent) do not reach it, and
-	// a kill reaches all of its children.
+	// Its own session, and so its own process group: signals meant for
+	// the agent (a terminal's Ctrl-C, a service manager stopping the
+	// agent) do not reach it, and a kill reaches all of its children. A
+	// group in the agent's session would be orphaned when the agent
+	// exits, and the kernel then sends SIGHUP and SIGCONT to it if a
+	// member is stopped: a stopped HAProxy master would reload (and its
+	// old worker close kept-alive connections), keepalived too.
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Setsid = true
 	// Checked last, after the output file moved aside (its new one stays
 	// empty: a failure here reports no earlier run's output).
 	if err := s.Room(filepath.Dir(s.PidPath)); err != nil {
