@@ -300,3 +300,50 @@ func procState(pid int) byte {
 	}
 	return stat[i+2]
 }
+
+// The same for the VRRP keepalived: stopped (SIGSTOP) while the agent
+// that started it ends, it stays as it is (no SIGHUP, which keepalived
+// takes for a reload, no SIGCONT), and the next agent adopts it.
+func TestKeepalivedAdoptedWhileStopped(t *testing.T) {
+	topo.RequireRoot(t)
+	if _, err := os.Stat("/usr/sbin/keepalived"); err != nil {
+		t.Skip("keepalived is not installed (make test installs it)")
+	}
+	a := newVRRPAmp(t, "ad", "203.0.113.6", 100)
+	peer := topo.NewNamespace(t, "vrad")
+	topo.Link(t, a.ns, "eth1", []string{a.addr + "/24"}, peer, "eth1", []string{"203.0.113.7/24"})
+	cfgPath, pid := a.startKeepalived(t, "203.0.113.7")
+	e := a.env
+	logPath := filepath.Join(a.base(), "vrrp", "octavia-keepalived.log")
+	before, _ := os.ReadFile(logPath)
+
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	testenv.WaitFor(t, 5*time.Second, "keepalived stopped", func() bool { return procState(pid) == 'T' })
+	if err := e.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.Exited():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the agent did not end on SIGTERM")
+	}
+	if st := procState(pid); st != 'T' {
+		t.Fatalf("keepalived's state is %q after the agent ended, want it still stopped", st)
+	}
+	e.Start()
+	testenv.WaitFor(t, 10*time.Second, "the new agent to adopt keepalived", func() bool {
+		return e.Count("adopted running keepalived", fmt.Sprintf(`"pid": %d`, pid)) > 0
+	})
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got := mainsOf("keepalived", cfgPath); !slices.Equal(got, []int{pid}) {
+		t.Fatalf("keepalived main processes %v, want the adopted %d alone\n%s", got, pid, e.Output())
+	}
+	if after, _ := os.ReadFile(logPath); bytes.Contains(after[min(len(before), len(after)):], []byte("Reloading")) {
+		t.Fatalf("keepalived reloaded:\n%s", after)
+	}
+}
