@@ -373,7 +373,7 @@ func (s *Supervisor) newInstance(lb string) *instance {
 		Clean:     []string{sock},
 		ProcDir:   s.opts.ProcDir,
 		Ours:      in.ours,
-		Adoptable: func(ctx context.Context, pid int) bool {
+		Healthy: func(ctx context.Context, pid int) bool {
 			_, err := stats.ShowProc(ctx, sock)
 			return err == nil
 		},

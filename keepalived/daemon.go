@@ -167,7 +167,7 @@ func (k *daemon) startOrReload(ctx context.Context) (reloaded, started bool, err
 		if err := h.SetDesired(true); err != nil {
 			return err
 		}
-		if h.Adopt(ctx) {
+		if h.Adopt() {
 			reloaded = true
 			return k.reload(ctx, h)
 		}
@@ -233,7 +233,7 @@ func (k *daemon) stop() error {
 		// (a full disk): the controller asked for it, and hears about the
 		// record after. A VRRP instance left running would keep the VIPs.
 		recErr := h.SetDesired(false)
-		h.Adopt(context.Background())
+		h.Adopt()
 		if err := h.Stop(); err != nil {
 			return errors.Join(err, recErr)
 		}
@@ -247,7 +247,7 @@ func (k *daemon) stop() error {
 // remove stops keepalived for good: its files are about to go.
 func (k *daemon) remove() error {
 	return k.d.With(func(h *procwatch.Held) error {
-		h.Adopt(context.Background())
+		h.Adopt()
 		err := h.Stop()
 		h.Remove()
 		return err
@@ -273,7 +273,7 @@ func (k *daemon) ensureRunning(ctx context.Context, restart bool) error {
 		if err := h.SetDesired(true); err != nil {
 			return err
 		}
-		if h.Adopt(ctx) {
+		if h.Adopt() {
 			if !restart {
 				return nil
 			}

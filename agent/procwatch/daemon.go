@@ -94,9 +94,11 @@ type Spec struct {
 	// Ours reports whether a command line is this daemon's own, so that a
 	// recycled pid is never adopted or killed.
 	Ours func(args []string) bool
-	// Adoptable, when set, is a further check that a process left by an
-	// earlier agent is in working order (HAProxy's master socket answers).
-	Adoptable func(ctx context.Context, pid int) bool
+	// Healthy, when set, asks whether a process left by an earlier agent
+	// is in working order (HAProxy's master socket answers). It is asked
+	// in the background once the process is adopted, never as a condition
+	// of adopting it: see Held.Adopt.
+	Healthy func(ctx context.Context, pid int) bool
 	// Ready reports whether a just started process is ready beyond its pid
 	// file naming it (nil: that is enough); it is polled.
 	Ready func(ctx context.Context, p *Process) bool
@@ -388,13 +390,17 @@ func (h *Held) Start(ctx context.Context) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group: signals meant for the agent (a terminal's
-	// Ctrl-C, a service manager stopping the agent) do not reach it, and
-	// a kill reaches all of its children.
+	// Its own session, and so its own process group: signals meant for
+	// the agent (a terminal's Ctrl-C, a service manager stopping the
+	// agent) do not reach it, and a kill reaches all of its children. A
+	// group in the agent's session would be orphaned when the agent
+	// exits, and the kernel then sends SIGHUP and SIGCONT to it if a
+	// member is stopped: a stopped HAProxy master would reload (and its
+	// old worker close kept-alive connections), keepalived too.
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Setsid = true
 	// Checked last, after the output file moved aside (its new one stays
 	// empty: a failure here reports no earlier run's output).
 	if err := s.Room(filepath.Dir(s.PidPath)); err != nil {
@@ -808,7 +814,13 @@ func (h *Held) Remove() {
 
 // Adopt takes over the process an earlier agent left running, if
 // the pid file names one of ours; it reports whether one runs now.
-func (h *Held) Adopt(ctx context.Context) bool {
+//
+// Such a process is adopted whatever state it is in: it may be serving
+// while too busy (or stopped) to answer, and refusing it would make the
+// next start end it with every connection it holds. Upstream never
+// touches its daemons when its agent restarts. Whether it answers is
+// asked afterwards, in the background (Spec.Healthy), and only logged.
+func (h *Held) Adopt() bool {
 	d := h.d
 	if d.proc.Alive() {
 		return true
@@ -817,12 +829,12 @@ func (h *Held) Adopt(ctx context.Context) bool {
 	if err != nil || !d.ours(pid) {
 		return false
 	}
-	if d.spec.Adoptable != nil && !d.spec.Adoptable(ctx, pid) {
-		return false
-	}
 	d.proc = WatchAdopted(pid, d.done)
 	d.spec.Log.Info("adopted running "+d.spec.Name, zap.Int("pid", pid))
 	d.follow(d.proc)
+	if d.spec.Healthy != nil {
+		go d.checkAdopted(d.proc)
+	}
 	return true
 }
 
@@ -843,7 +855,7 @@ func (h *Held) Restore(ctx context.Context, start func(context.Context) error) e
 		d.spec.Log.Warn("unreadable state record", zap.Error(err))
 	}
 	d.desired = running
-	if h.Adopt(ctx) {
+	if h.Adopt() {
 		if !running {
 			return h.SetDesired(true)
 		}

@@ -10,13 +10,14 @@ import (
 )
 
 // endStrays kills every process of this daemon that nobody supervises,
-// before a new one starts: one an earlier agent started whose adoption
-// check went unanswered (a busy amphora), or one that was still starting,
-// without its pid file, when the agent restarted. Left alive it would run
-// its old config beside the new process: HAProxy binds with SO_REUSEPORT,
-// so both would take connections; two keepalived would run one listener
-// twice. A process's own children (HAProxy's workers, keepalived's
-// checkers) end with it, as the kill reaches its process group.
+// before a new one starts: one that was still starting, without its pid
+// file, when the agent restarted, or one whose pid file was lost or names
+// another process now. (One the pid file names is adopted, however busy:
+// see Held.Adopt.) Left alive it would run its old config beside the new
+// process: HAProxy binds with SO_REUSEPORT, so both would take
+// connections; two keepalived would run one listener twice. A process's
+// own children (HAProxy's workers, keepalived's checkers) end with it, as
+// the kill reaches its process group.
 func (d *Daemon) endStrays() {
 	s := &d.spec
 	entries, err := os.ReadDir(s.ProcDir)

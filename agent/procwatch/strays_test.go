@@ -44,6 +44,35 @@ func newStrayScene(t *testing.T) *strayScene {
 	return sc
 }
 
+// restoreWanted restores a daemon recorded as wanted, as an agent's
+// start-up does, failing t when that fails.
+func restoreWanted(t *testing.T, spec Spec, done <-chan struct{}) *Daemon {
+	t.Helper()
+	d := NewDaemon(spec, done)
+	err := d.With(func(h *Held) error {
+		if err := h.SetDesired(true); err != nil {
+			return err
+		}
+		return h.Restore(context.Background(), h.Start)
+	})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	return d
+}
+
+// stray starts a process of the scene's daemon outside any supervision,
+// in its own process group and without writing the pid file.
+func (sc *strayScene) stray(t *testing.T) int {
+	c := exec.Command("sleep", sc.sleep)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go c.Wait() // reaps it once killed, as its own agent would have
+	return c.Process.Pid
+}
+
 // running lists the live processes of the scene's daemon.
 func (sc *strayScene) running() []int {
 	entries, _ := os.ReadDir("/proc")
@@ -60,32 +89,26 @@ func (sc *strayScene) running() []int {
 	return out
 }
 
-// An agent restarted on a busy amphora finds its predecessor's process
-// named by the pid file but not answering the adoption check, or a
-// process with no pid file yet (its start was under way): the new start
-// ends it, so exactly one process of the daemon runs.
+// An agent restarted while its predecessor's process was still starting
+// (no pid file yet), or whose pid file names some other process, starts
+// a new one, and that start ends the process nobody supervises, so
+// exactly one process of the daemon runs.
 func TestStartEndsStrays(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		stray func(t *testing.T, sc *strayScene) int
 	}{
-		{"UnansweredAdoption", func(t *testing.T, sc *strayScene) int {
-			done := make(chan struct{})
-			t.Cleanup(func() { close(done) })
-			earlier := NewDaemon(sc.spec, done)
-			if err := earlier.With(func(h *Held) error { return h.Start(context.Background()) }); err != nil {
-				t.Fatal(err)
-			}
-			return earlier.Pid()
-		}},
 		{"NoPidFileYet", func(t *testing.T, sc *strayScene) int {
-			c := exec.Command("sleep", sc.sleep)
-			c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := c.Start(); err != nil {
+			return sc.stray(t)
+		}},
+		{"PidFileNamesAnother", func(t *testing.T, sc *strayScene) int {
+			other := exec.Command("sleep", "60")
+			if err := other.Start(); err != nil {
 				t.Fatal(err)
 			}
-			go c.Wait() // reaps it once killed, as its own agent would have
-			return c.Process.Pid
+			t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+			testkit.WriteFile(t, sc.spec.PidPath, strconv.Itoa(other.Process.Pid)+"\n")
+			return sc.stray(t)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -93,20 +116,9 @@ func TestStartEndsStrays(t *testing.T) {
 			stray := c.stray(t, sc)
 			testkit.WaitFor(t, 5*time.Second, "the stray running", func() bool { return len(sc.running()) == 1 })
 
-			spec := sc.spec
-			spec.Adoptable = func(context.Context, int) bool { return false } // its socket did not answer in time
 			done := make(chan struct{})
 			defer close(done)
-			d := NewDaemon(spec, done)
-			err := d.With(func(h *Held) error {
-				if err := h.SetDesired(true); err != nil {
-					return err
-				}
-				return h.Restore(context.Background(), h.Start)
-			})
-			if err != nil {
-				t.Fatalf("restore: %v", err)
-			}
+			d := restoreWanted(t, sc.spec, done)
 			if !d.Running() {
 				t.Fatal("restore started nothing")
 			}

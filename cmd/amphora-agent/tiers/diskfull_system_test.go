@@ -364,20 +364,8 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 	peer := topo.NewNamespace(t, "vrfd")
 	topo.Link(t, a.ns, "eth1", []string{a.addr + "/24"}, peer, "eth1", []string{"203.0.113.5/24"})
 	onTmpfs(t, a.env, 8<<20)
-	cfgPath := filepath.Join(a.base(), "vrrp", "octavia-keepalived.conf")
-	killDaemonsOf(t, "keepalived", cfgPath)
-	a.env.Start()
+	cfgPath, pid := a.startKeepalived(t, "203.0.113.5")
 	e := a.env
-	if status, _, body := e.Do("PUT", "/1.0/vrrp/upload", []byte(a.config("203.0.113.5"))); status != 200 {
-		t.Fatalf("upload: %d %s", status, body)
-	}
-	if status, _, body := e.Do("PUT", "/1.0/vrrp/start", nil); status != 202 {
-		t.Fatalf("start: %d %s\n%s", status, body, e.Output())
-	}
-	pid := a.keepalivedPid()
-	if pid == 0 {
-		t.Fatal("no keepalived behind the pid file after start")
-	}
 
 	// Gone while the agent was down (as after a reboot), and the disk
 	// full when it comes back: it wants keepalived running but has no

@@ -46,6 +46,28 @@ func (a *vrrpAmp) keepalivedPid() int {
 	return pid
 }
 
+// startKeepalived starts the agent, uploads a's config with peer as its
+// peer and starts keepalived; it returns the config's path and the
+// keepalived the pid file names. Whatever runs that config is killed when
+// the test ends.
+func (a *vrrpAmp) startKeepalived(t *testing.T, peer string) (cfgPath string, pid int) {
+	t.Helper()
+	cfgPath = filepath.Join(a.base(), "vrrp", "octavia-keepalived.conf")
+	killDaemonsOf(t, "keepalived", cfgPath)
+	e := a.env
+	e.Start()
+	if status, _, body := e.Do("PUT", "/1.0/vrrp/upload", []byte(a.config(peer))); status != 200 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, _, body := e.Do("PUT", "/1.0/vrrp/start", nil); status != 202 {
+		t.Fatalf("start: %d %s\n%s", status, body, e.Output())
+	}
+	if pid = a.keepalivedPid(); pid == 0 {
+		t.Fatal("no keepalived behind the pid file after start")
+	}
+	return cfgPath, pid
+}
+
 func isKeepalived(pid int) bool {
 	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	return err == nil && strings.TrimSpace(string(comm)) == "keepalived"
