@@ -169,9 +169,9 @@ func (s *LVS) Restart(ctx context.Context, id string) error {
 
 // Reload has the listener's keepalived read its config again, as the
 // controller asks after every upload: with SIGHUP when this keepalived's
-// reload keeps the members' check states right (reloadKeepsCheckers),
-// which leaves IPVS and its flows in place, else with a restart, as
-// upstream. One that is not running is started. inPlace tells whether it
+// reload applies member changes and keeps their check states
+// (reloadKeepsMembers), which leaves IPVS and its flows in place, else
+// with a restart, as upstream. One that is not running is started. inPlace tells whether it
 // was sent SIGHUP.
 func (s *LVS) Reload(ctx context.Context, id string) (inPlace bool, err error) {
 	if !s.Exists(id) {
@@ -215,7 +215,7 @@ func (s *LVS) reloadsInPlace(ctx context.Context) bool {
 			zap.Error(err), zap.ByteString("output", firstLine(out)))
 		return false
 	}
-	inPlace := v.atLeast(reloadKeepsCheckers)
+	inPlace := v.atLeast(reloadKeepsMembers)
 	s.mu.Lock()
 	s.inPlace = &inPlace
 	s.mu.Unlock()

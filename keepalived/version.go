@@ -10,16 +10,21 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
-// reloadKeepsCheckers is the first keepalived release whose reload (SIGHUP)
-// leaves each real server in or out of IPVS as its carried-over checks
-// say. Before it, a reload could keep a server marked failed with no
-// failed check left to ever bring it back, or put one back in whose check
-// had failed (keepalived issue #1163). Commit f6e353da ("Fix real server
-// checkers moving from failed to OK on reload", in 2.0.14) recounts the
-// failed checks of each server after the reload and adds or removes it
-// from IPVS to match. Upstream Octavia restarts the UDP/SCTP listeners'
-// keepalived on every reload until that version is common.
-var reloadKeepsCheckers = version{2, 0, 14}
+// reloadKeepsMembers is the first keepalived release whose reload (SIGHUP)
+// brings IPVS to what a restart would, for the changes Octavia makes to a
+// listener, while keeping what its checks found. Two fixes were needed:
+//   - 2.0.14 (commit f6e353da, "Fix real server checkers moving from
+//     failed to OK on reload", keepalived issue #1163): before it, a
+//     reload could leave a server marked failed with no failed check left
+//     to bring it back, or put one back whose check had failed; since, the
+//     failed checks of each server are counted again after the reload and
+//     the server added to or removed from IPVS to match. This is the
+//     version upstream Octavia's TODO waits for before it stops
+//     restarting.
+//   - 2.2.2 (commit 4127af50, "fix updating real server weights changed on
+//     reload"): before it, a member's new weight reached keepalived but not
+//     IPVS.
+var reloadKeepsMembers = version{2, 2, 2}
 
 // version is a keepalived release: major, minor, patch.
 type version [3]int

@@ -13,8 +13,9 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
-// keepalived --version as releases print it: 2.0.14 is the first whose
-// reload stands in for a restart.
+// keepalived --version as releases print it: 2.2.2 is the first whose
+// reload stands in for a restart (member states since 2.0.14, weights
+// since 2.2.2).
 func TestVersionDecidesHowListenersReload(t *testing.T) {
 	for _, tc := range []struct {
 		file    string
@@ -22,7 +23,7 @@ func TestVersionDecidesHowListenersReload(t *testing.T) {
 		inPlace bool
 	}{
 		{"version_2.0.6.txt", version{2, 0, 6}, false},
-		{"version_2.0.20.txt", version{2, 0, 20}, true},
+		{"version_2.0.20.txt", version{2, 0, 20}, false},
 		{"version_2.2.7_bookworm.txt", version{2, 2, 7}, true},
 		{"version_2.3.1.txt", version{2, 3, 1}, true},
 	} {
@@ -31,18 +32,19 @@ func TestVersionDecidesHowListenersReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, ok := parseVersion(out)
-		if !ok || v != tc.want || v.atLeast(reloadKeepsCheckers) != tc.inPlace {
-			t.Errorf("%s: version %v (%v), reload in place %v; want %v, %v", tc.file, v, ok, v.atLeast(reloadKeepsCheckers), tc.want, tc.inPlace)
+		if !ok || v != tc.want || v.atLeast(reloadKeepsMembers) != tc.inPlace {
+			t.Errorf("%s: version %v (%v), reload in place %v; want %v, %v", tc.file, v, ok, v.atLeast(reloadKeepsMembers), tc.want, tc.inPlace)
 		}
 	}
 	for banner, inPlace := range map[string]bool{
-		"Keepalived v2.0.13 (03/02,2019)\n": false,
-		"Keepalived v2.0.14 (03/24,2019)\n": true,
+		"Keepalived v2.0.14 (03/24,2019)\n": false,
+		"Keepalived v2.2.1 (01/25,2021)\n":  false,
+		"Keepalived v2.2.2 (03/08,2021)\n":  true,
 		"Keepalived v1.3.9 (10/21,2017)\n":  false,
 		"Keepalived v10.0.0 (01/01,2040)\n": true,
 	} {
 		v, ok := parseVersion([]byte(banner))
-		if !ok || v.atLeast(reloadKeepsCheckers) != inPlace {
+		if !ok || v.atLeast(reloadKeepsMembers) != inPlace {
 			t.Errorf("%q: %v (%v), in place %v", banner, v, ok, !inPlace)
 		}
 	}

@@ -92,8 +92,8 @@ func TestInteropLVSListeners(t *testing.T) {
 	}
 
 	// The driver's reload of the load balancer reloads each LVS listener:
-	// in place (SIGHUP), as this host's keepalived (2.0.14 or later:
-	// bookworm's 2.2.7) keeps the members' check states across a reload.
+	// in place (SIGHUP), as this host's keepalived (2.2.2 or later:
+	// bookworm's 2.2.7) applies member changes on a reload.
 	before := lvsPid(lvsDir, ilUDPListener)
 	reload := f.ctl.run("lvs-reload", nil)
 	if got := reload.callNames(); !slices.Contains(got, "reload_listener") || !slices.Contains(got, "get_all_listeners") {
