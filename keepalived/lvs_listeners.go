@@ -161,8 +161,8 @@ func (s *LVS) Start(ctx context.Context, id string) error {
 	return s.ensure(ctx, id, false)
 }
 
-// Restart stops and starts it: unlike a reload, this puts every member
-// back in its initial state, as upstream wants on a controller "reload".
+// Restart stops and starts it: every member starts over from its initial
+// state, and IPVS is emptied meanwhile.
 func (s *LVS) Restart(ctx context.Context, id string) error {
 	return s.ensure(ctx, id, true)
 }
@@ -171,8 +171,8 @@ func (s *LVS) Restart(ctx context.Context, id string) error {
 // controller asks after every upload: with SIGHUP when this keepalived's
 // reload applies member changes and keeps their check states
 // (reloadKeepsMembers), which leaves IPVS and its flows in place, else
-// with a restart, as upstream. One that is not running is started. inPlace tells whether it
-// was sent SIGHUP.
+// with a restart, as upstream. One that is not running is started.
+// inPlace tells whether it was sent SIGHUP.
 func (s *LVS) Reload(ctx context.Context, id string) (inPlace bool, err error) {
 	if !s.Exists(id) {
 		return false, lvsNotFound(id)
