@@ -97,21 +97,34 @@ func (a *amphora) waitIPVS(t *testing.T, timeout time.Duration, what string, wan
 	})
 }
 
-// udpListenerKeepalived is the pid of the UDP listener's keepalived.
-func (a *amphora) udpListenerKeepalived() string {
-	return strings.TrimSpace(a.MustExec("cat /var/lib/octavia/lvs/octavia-keepalivedlvs-" + vmUDPListener + ".pid"))
+// lvsKeepalived are the pids of the UDP and the SCTP listeners'
+// keepalived.
+func (a *amphora) lvsKeepalived() string {
+	return strings.Join(strings.Fields(a.MustExec(fmt.Sprintf("cat /var/lib/octavia/lvs/octavia-keepalivedlvs-%s.pid /var/lib/octavia/lvs/octavia-keepalivedlvs-%s.pid", vmUDPListener, vmSCTPList))), ",")
 }
 
-// udpAsks asks the UDP listener through the VIP, a new flow each time,
-// until stopped, counting the asks that got no answer and the longest run
-// of them.
-type udpAsks struct {
+// noneKept: none of the pids of before (as lvsKeepalived gives
+// them) is in after.
+func noneKept(before, after string) bool {
+	b, a := strings.Split(before, ","), strings.Split(after, ",")
+	for i := range b {
+		if i < len(a) && a[i] == b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// asks asks a listener through the VIP, a new flow each time, until
+// stopped, counting the asks that got no answer and the longest run of
+// them.
+type asks struct {
 	ok, failed, run, longest atomic.Int64
 	stop, done               chan struct{}
 }
 
-func startUDPAsks(t *testing.T, n *vmNet) *udpAsks {
-	u := &udpAsks{stop: make(chan struct{}), done: make(chan struct{})}
+func startAsks(t *testing.T, ask func() (string, error)) *asks {
+	u := &asks{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(u.done)
 		for {
@@ -120,7 +133,7 @@ func startUDPAsks(t *testing.T, n *vmNet) *udpAsks {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			if _, err := n.client.UDPAsk(fmt.Sprintf("%s:%d", vmVIP, vmUDPPort), []byte("ping"), time.Second); err != nil {
+			if _, err := ask(); err != nil {
 				u.failed.Add(1)
 				if r := u.run.Add(1); r > u.longest.Load() {
 					u.longest.Store(r)
@@ -135,7 +148,21 @@ func startUDPAsks(t *testing.T, n *vmNet) *udpAsks {
 	return u
 }
 
-func (u *udpAsks) halt() {
+// counts are the asks so far: answered, unanswered, the longest run of
+// unanswered ones.
+type counts struct{ ok, failed, longest int64 }
+
+func (u *asks) counts() counts { return counts{u.ok.Load(), u.failed.Load(), u.longest.Load()} }
+
+func (c counts) since(before counts) counts {
+	return counts{c.ok - before.ok, c.failed - before.failed, c.longest}
+}
+
+func (c counts) String() string {
+	return fmt.Sprintf("%d of %d unanswered (longest run %d)", c.failed, c.ok+c.failed, c.longest)
+}
+
+func (u *asks) halt() {
 	select {
 	case <-u.stop:
 	default:
@@ -191,9 +218,9 @@ func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapControll
 		ctl.run("lvs-update", nil)
 	}
 	type figures struct {
-		ok, failed, longest int64
-		flaps               flaps
-		took                time.Duration
+		udp, sctp, udpDown counts
+		flaps              flaps
+		took               time.Duration
 	}
 	results := map[string]figures{}
 	for _, mode := range []string{"restart", "sighup"} {
@@ -208,12 +235,13 @@ func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapControll
 			restartAgent()
 			udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
 			a.udpMembers(t, time.Minute, "UP", "UP")
+			a.sctpMembers(t, time.Minute, "UP", "UP")
 
 			var fl flaps
-			asks := startUDPAsks(t, n)
+			udp, sctp := startAsks(t, n.udpAsk), startAsks(t, n.sctpAsk)
 			start := time.Now()
 			for _, c := range udpListenerChanges() {
-				pid := a.udpListenerKeepalived()
+				pids := a.lvsKeepalived()
 				at := time.Now()
 				send(c.udp)
 				a.waitIPVS(t, time.Minute, c.name, c.ipvs)
@@ -222,15 +250,20 @@ func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapControll
 					p, ok := m.Pools[vmUDPPool]
 					return ok && reflect.DeepEqual(p.Members, c.members) && m.Listeners[vmUDPListener].Status == "OPEN"
 				})
-				now := a.udpListenerKeepalived()
-				t.Logf("%s: %s in IPVS and the heartbeats after %v (keepalived %s → %s)", mode, c.name, time.Since(at).Round(100*time.Millisecond), pid, now)
-				if restarted := now != pid; restarted != (mode == "restart") {
-					t.Errorf("%s: %s: keepalived %s → %s; want it %s", mode, c.name, pid, now, map[bool]string{true: "restarted", false: "reloaded in place"}[mode == "restart"])
+				now := a.lvsKeepalived()
+				t.Logf("%s: %s in IPVS and the heartbeats after %v (UDP,SCTP keepalived %s → %s)", mode, c.name, time.Since(at).Round(100*time.Millisecond), pids, now)
+				switch {
+				case mode == "restart" && !noneKept(pids, now):
+					t.Errorf("%s: %s: keepalived %s → %s; want both restarted", mode, c.name, pids, now)
+				case mode == "sighup" && now != pids:
+					t.Errorf("%s: %s: keepalived %s → %s; want both reloaded in place", mode, c.name, pids, now)
 				}
 			}
+			changes := figures{udp: udp.counts(), sctp: sctp.counts(), flaps: fl, took: time.Since(start)}
 
 			// A member down across a reload: it stays out of IPVS and DOWN,
-			// and comes back once it answers again.
+			// and comes back once it answers again (asks to it go
+			// unanswered until its check takes it out).
 			n.udp[1].Stop()
 			a.udpMembers(t, time.Minute, "UP", "DOWN")
 			back := lvsChange{name: "reweighted-while-member-down", udp: udpListenerSpec(),
@@ -238,25 +271,25 @@ func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapControll
 			send(back.udp)
 			a.waitIPVS(t, time.Minute, back.name, back.ipvs)
 			a.hb.waitFor(time.Minute, vmKey, back.name, func(m health.Message) bool {
-				fl.see(m, vmUDPMember2)
 				return reflect.DeepEqual(m.Pools[vmUDPPool].Members, back.members)
 			})
 			if err := n.udp[1].Start(); err != nil {
 				t.Fatal(err)
 			}
 			a.waitIPVS(t, time.Minute, "member 2 answering again", map[string]string{udpMember(vmServerIP): "1", udpMember(vmServer2IP): "1"})
-			a.hb.waitFor(time.Minute, vmKey, "member 2 UP again", func(m health.Message) bool {
-				fl.see(m, vmUDPMember2)
-				return reflect.DeepEqual(m.Pools[vmUDPPool].Members, map[string]string{vmUDPMember1: "UP", vmUDPMember2: "UP"})
-			})
-			asks.halt()
-			f := figures{ok: asks.ok.Load(), failed: asks.failed.Load(), longest: asks.longest.Load(), flaps: fl, took: time.Since(start)}
-			results[mode] = f
-			t.Logf("%s: %d UDP asks through the VIP across 6 listener changes, %d without answer (longest run %d, 1 s each); %d of %d heartbeats with the UDP pool or a member ERROR (DOWN, RESTARTING) or missing; %v",
-				mode, f.ok+f.failed, f.failed, f.longest, f.flaps.bad, f.flaps.heartbeats, f.took.Round(time.Second))
+			a.udpMembers(t, time.Minute, "UP", "UP")
+			udp.halt()
+			sctp.halt()
+			changes.udpDown = udp.counts().since(changes.udp)
+			results[mode] = changes
+			t.Logf("%s: across 5 listener changes in %v, through the VIP: UDP %v, SCTP %v (2 s and 3 s timeouts); %d of %d heartbeats with the UDP pool or a member DOWN or RESTARTING, or the pool missing; then UDP with a member stopped and a reload: %v",
+				mode, changes.took.Round(time.Second), changes.udp, changes.sctp, fl.bad, fl.heartbeats, changes.udpDown)
 		})
 	}
-	t.Logf("UDP through the VIP across the same changes: restart %+v; SIGHUP %+v", results["restart"], results["sighup"])
+	for _, mode := range []string{"restart", "sighup"} {
+		r := results[mode]
+		t.Logf("%-7s across the 5 changes: UDP %v; SCTP %v; %d of %d heartbeats flapping", mode, r.udp, r.sctp, r.flaps.bad, r.flaps.heartbeats)
+	}
 	t.Logf("%s", a.MustExec("journalctl -u amphora-agent.service -o cat --no-pager | grep -i \"keepalived's version\" | tail -3"))
 }
 
