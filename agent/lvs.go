@@ -20,6 +20,7 @@ type lvsRunner interface {
 	Exists(id string) bool
 	Start(ctx context.Context, id string) error
 	Restart(ctx context.Context, id string) error
+	Reload(ctx context.Context, id string) (inPlace bool, err error)
 	Stop(ctx context.Context, id string) error
 	Delete(ctx context.Context, id string) error
 	Restore(ctx context.Context) error
@@ -75,16 +76,19 @@ func (a *Agent) isLVS(id string) bool {
 }
 
 // lvsAction runs start, stop or reload on a listener under the mutation
-// lock. A reload is a restart: keepalived's reload keeps the members'
-// health states, and upstream wants them reset.
+// lock. A reload is keepalived's own (SIGHUP) where its version carries
+// the members' check states over correctly, else a restart, as upstream;
+// the answer names which.
 func (a *Agent) lvsAction(ctx context.Context, id, action string) (string, error) {
 	var err error
 	switch action {
 	case actionStart:
 		err = a.lvs.Start(ctx, id)
 	case actionReload:
-		action = "restart"
-		err = a.lvs.Restart(ctx, id)
+		var inPlace bool
+		if inPlace, err = a.lvs.Reload(ctx, id); !inPlace {
+			action = "restart"
+		}
 	case actionStop:
 		err = a.lvs.Stop(ctx, id)
 	}

@@ -23,6 +23,9 @@ type fakeLVS struct {
 	layout keepalived.LVSLayout
 	calls  []string
 	fail   error
+	// inPlace: Reload sends SIGHUP (a keepalived whose reload keeps the
+	// members' states) rather than restarting.
+	inPlace bool
 }
 
 func (f *fakeLVS) rec(s string) error { f.calls = append(f.calls, s); return f.fail }
@@ -44,6 +47,12 @@ func (f *fakeLVS) Exists(id string) bool {
 func (f *fakeLVS) Start(_ context.Context, id string) error   { return f.rec("start " + id) }
 func (f *fakeLVS) Restart(_ context.Context, id string) error { return f.rec("restart " + id) }
 func (f *fakeLVS) Stop(_ context.Context, id string) error    { return f.rec("stop " + id) }
+func (f *fakeLVS) Reload(_ context.Context, id string) (bool, error) {
+	if !f.inPlace {
+		return false, f.rec("restart " + id)
+	}
+	return true, f.rec("reload " + id)
+}
 func (f *fakeLVS) Delete(_ context.Context, id string) error {
 	if err := f.rec("delete " + id); err != nil {
 		return err
@@ -79,7 +88,8 @@ func TestLVSListenerThroughTheSharedRoutes(t *testing.T) {
 	}
 	for _, action := range []string{"START", "reload", "stop"} {
 		got, err := a.LoadBalancerAction(ctx, "l1", action)
-		// Sic: upstream's spellings; reload is a restart.
+		// Sic: upstream's spellings; this keepalived's reload is a
+		// restart.
 		want := map[string]string{"START": "started", "reload": "restarted", "stop": "stoped"}[action]
 		if err != nil || got != "keepalivedlvs listener l1 "+want {
 			t.Fatalf("%s: %q, %v; want %q", action, got, err, want)
@@ -108,6 +118,32 @@ func TestLVSListenerThroughTheSharedRoutes(t *testing.T) {
 	}
 	if _, err := a.LVSConfig(ctx, "l1"); !isFault(err, "UDP Listener Not Found") {
 		t.Fatalf("GET after delete: %v", err)
+	}
+}
+
+// Where keepalived's reload keeps the members' states, a controller's
+// reload is one (SIGHUP), answered as such and followed, as a restart is,
+// by the VIPs' announcement.
+func TestLVSReloadInPlace(t *testing.T) {
+	a, lvs, advertised, _ := lvsAgent(t, "SINGLE")
+	lvs.inPlace = true
+	ctx := context.Background()
+	if _, err := a.UploadLVS(ctx, "amp", "l1", []byte(lvsConfig)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.LoadBalancerAction(ctx, "l1", "reload")
+	if err != nil || got != "keepalivedlvs listener l1 reloaded" {
+		t.Fatalf("reload: %q, %v", got, err)
+	}
+	if want := []string{"upload l1", "reload l1"}; !reflect.DeepEqual(lvs.calls, want) {
+		t.Fatalf("calls %v, want %v", lvs.calls, want)
+	}
+	if len(*advertised) != 1 || (*advertised)[0].String() != "203.0.113.10" {
+		t.Fatalf("advertised %v", *advertised)
+	}
+	lvs.fail = errors.New("keepalived exited on reload")
+	if _, err := a.LoadBalancerAction(ctx, "l1", "reload"); !isFault(err, "Failed to reload keepalivedlvs listener l1") {
+		t.Fatalf("failed reload: %v", err)
 	}
 }
 

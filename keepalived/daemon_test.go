@@ -24,15 +24,21 @@ import (
 // removes the pid files and exits on SIGTERM, and exits at once with
 // status 1 while the file <dir>/refuse exists; while <dir>/hold exists it
 // waits (up to 30 s) before writing its pid files, as a slow start, and
-// after that wait exits with status 1 while <dir>/fail exists.
+// after that wait exits with status 1 while <dir>/fail exists. Asked for
+// --version, it notes the call in <dir>/version.calls and prints
+// <dir>/version on stderr, as keepalived prints its banner.
 const fakeKeepalived = `#!/bin/sh
 pidfile=""
 checkfile=/dev/null
+dir=$(dirname "$0")
 while [ $# -gt 0 ]; do
-  case "$1" in -p) pidfile="$2"; shift ;; -c) checkfile="$2"; shift ;; esac
+  case "$1" in
+    -p) pidfile="$2"; shift ;;
+    -c) checkfile="$2"; shift ;;
+    --version) echo >> "$dir/version.calls"; cat "$dir/version" >&2; exit 0 ;;
+  esac
   shift
 done
-dir=$(dirname "$0")
 if [ -e "$dir/refuse" ]; then echo "fake keepalived: refusing to start"; exit 1; fi
 n=0
 while [ -e "$dir/hold" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done

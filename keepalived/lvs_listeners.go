@@ -1,8 +1,10 @@
 package keepalived
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
 	"sync"
 
 	"go.uber.org/zap"
@@ -17,6 +19,9 @@ type LVSOptions struct {
 	Base string
 	// Validate checks uploads; nil runs `keepalived -t` in the namespace.
 	Validate Validator
+	// Version returns `keepalived --version`'s output, which decides how
+	// a listener is reloaded; nil runs Cmd.
+	Version func(ctx context.Context) ([]byte, error)
 }
 
 // LVS runs one keepalived per UDP or SCTP listener, each supervised like
@@ -37,6 +42,12 @@ type LVS struct {
 	slow      map[string]*procwatch.Process
 	done      chan struct{}
 	closeOnce sync.Once
+
+	version func(ctx context.Context) ([]byte, error)
+	// inPlace, once known, says whether a reload is a SIGHUP (true) or a
+	// restart: keepalived's version is read at the first reload that can
+	// read it, and kept.
+	inPlace *bool
 }
 
 // NewLVS returns the listeners' supervision; call Restore to pick up the
@@ -48,10 +59,13 @@ func NewLVS(o LVSOptions) *LVS {
 	if o.Validate == nil {
 		o.Validate = Test(o.Cmd, o.Namespace)
 	}
+	if o.Version == nil {
+		o.Version = func(ctx context.Context) ([]byte, error) { return VersionOutput(ctx, o.Cmd) }
+	}
 	l := LVSLayout{Base: o.Base, ProcDir: o.ProcDir}
 	return &LVS{store: &LVSStore{Layout: l, Validate: o.Validate, Log: o.Log}, opts: o.Options,
 		instances: map[string]*daemon{}, busy: map[string]int{},
-		slow: map[string]*procwatch.Process{}, done: make(chan struct{})}
+		slow: map[string]*procwatch.Process{}, done: make(chan struct{}), version: o.Version}
 }
 
 // Layout names the listeners' files.
@@ -147,10 +161,72 @@ func (s *LVS) Start(ctx context.Context, id string) error {
 	return s.ensure(ctx, id, false)
 }
 
-// Restart stops and starts it: unlike a reload, this puts every member
-// back in its initial state, as upstream wants on a controller "reload".
+// Restart stops and starts it: every member starts over from its initial
+// state, and IPVS is emptied meanwhile.
 func (s *LVS) Restart(ctx context.Context, id string) error {
 	return s.ensure(ctx, id, true)
+}
+
+// Reload has the listener's keepalived read its config again, as the
+// controller asks after every upload: with SIGHUP when this keepalived's
+// reload applies member changes and keeps their check states
+// (reloadKeepsMembers), which leaves IPVS and its flows in place, else
+// with a restart, as upstream. One that is not running is started.
+// inPlace tells whether it was sent SIGHUP.
+func (s *LVS) Reload(ctx context.Context, id string) (inPlace bool, err error) {
+	if !s.Exists(id) {
+		return false, lvsNotFound(id)
+	}
+	if !s.reloadsInPlace(ctx) {
+		return false, s.Restart(ctx, id)
+	}
+	f := s.store.Layout.Files(id)
+	cfg, statErr := os.Stat(f.Config)
+	err = s.operate(id, func(k *daemon) error {
+		var err error
+		inPlace, _, err = k.startOrReload(ctx)
+		return err
+	})
+	if inPlace && err == nil && statErr == nil {
+		// The heartbeat reports members missing from IPVS as RESTARTING
+		// while the config is newer than the checker's pid file, which a
+		// restart rewrites and a reload does not: the file now says this
+		// config is loaded.
+		if err := os.Chtimes(f.CheckPid, cfg.ModTime(), cfg.ModTime()); err != nil {
+			s.opts.Log.Warn("marking the reloaded config as loaded", zap.String("listener", id), zap.Error(err))
+		}
+	}
+	return inPlace, err
+}
+
+// reloadsInPlace reads keepalived's version once (until it could be
+// read) and tells whether its reload can stand in for a restart.
+func (s *LVS) reloadsInPlace(ctx context.Context) bool {
+	s.mu.Lock()
+	known := s.inPlace
+	s.mu.Unlock()
+	if known != nil {
+		return *known
+	}
+	out, err := s.version(ctx)
+	v, ok := parseVersion(out)
+	if !ok {
+		s.opts.Log.Warn("keepalived's version is unknown: listeners are restarted on reload",
+			zap.Error(err), zap.ByteString("output", firstLine(out)))
+		return false
+	}
+	inPlace := v.atLeast(reloadKeepsMembers)
+	s.mu.Lock()
+	s.inPlace = &inPlace
+	s.mu.Unlock()
+	s.opts.Log.Info("keepalived's version decides how listeners are reloaded",
+		zap.Stringer("version", v), zap.Bool("sighup", inPlace))
+	return inPlace
+}
+
+func firstLine(b []byte) []byte {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	return line
 }
 
 func (s *LVS) ensure(ctx context.Context, id string, restart bool) error {

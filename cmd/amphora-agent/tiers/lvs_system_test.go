@@ -134,8 +134,9 @@ func TestLVSListenerUploadAndDelete(t *testing.T) {
 	}
 }
 
-// A controller's reload restarts a UDP listener's keepalived; the
-// heartbeats taken while it is down (here 4 s: the keepalived_cmd wrapper
+// A controller's reload restarts a UDP listener's keepalived where its
+// version (here the keepalived_cmd wrapper says 2.0.10) reloads members
+// wrongly; the heartbeats taken while it is down (here 4 s: the wrapper
 // sleeps before it starts keepalived --vrrp, which needs no IPVS) still
 // carry the listener, so the health manager does not write it OFFLINE.
 // A restart that fails leaves it out of the heartbeats at once.
@@ -148,7 +149,8 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 	// Each wrapper notes its pid, which keepalived keeps (exec): one still
 	// asleep when the test ends must not start a keepalived behind it.
 	pids := e.Path("wrapper.pids")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ >> %s\n[ -e %s ] && exit 1\n[ -e %s ] && sleep 4\nexec /usr/sbin/keepalived --vrrp \"$@\"\n",
+	script := fmt.Sprintf("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'Keepalived v2.0.10 (11/12,2018)' >&2; exit 0; }\n"+
+		"echo $$ >> %s\n[ -e %s ] && exit 1\n[ -e %s ] && sleep 4\nexec /usr/sbin/keepalived --vrrp \"$@\"\n",
 		pids, refuse, slow)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)

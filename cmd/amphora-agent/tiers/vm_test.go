@@ -667,7 +667,9 @@ func TestVMSingleAmphora(t *testing.T) {
 	// server and the controller live as long as the VM.
 	n = newDataPlane(t)
 	n.attach(t, a, "SINGLE", "203.0.113.4", "198.51.100.20")
-	startLB(t, a, vmLVSSpec(t))
+	lvsSpec := vmLVSSpec(t)
+	specFile := lvsSpecFile(t, lvsSpec)
+	ctl := startLB(t, a, lvsSpec, "--lvs-spec-file", specFile)
 	waitServed(t, n, time.Minute)
 	t.Logf("hot-plugged NICs plugged by the controller's driver; a load balancer rendered by Octavia's templates serves:\n%s",
 		a.MustExec("ip -n amphora-haproxy -br addr"))
@@ -749,6 +751,11 @@ func TestVMSingleAmphora(t *testing.T) {
 		}
 		t.Logf("the SCTP part took %v", time.Since(sctpStart).Round(time.Second))
 	})
+
+	// Each change of the UDP listener reaches IPVS and the heartbeats, by
+	// a restart of its keepalived (an old keepalived) or a SIGHUP (the
+	// image's), with UDP asked through the VIP meanwhile.
+	t.Run("udp-listener-changes", func(t *testing.T) { testUDPListenerChanges(t, a, n, ctl, specFile) })
 
 	// The unit's sandbox holds for the agent, HAProxy and keepalived, and
 	// rotation works under it (issue 25, item 6).

@@ -17,7 +17,7 @@ The script runs in phases so the Go test can look at the amphora between
 them: create, update, start, status, cert-upload, cert-delete, delete
 for an HTTP listener; tls-create, tls-rotate, tls-delete-listener for a
 load balancer that also has a TERMINATED_HTTPS listener; lvs-create,
-lvs-reload, lvs-delete for a load balancer that also has the UDP and SCTP
+lvs-update, lvs-reload, lvs-delete for a load balancer that also has the UDP and SCTP
 listeners of --lvs-spec (rendered by the driver's own LVS templater). It prints one
 JSON line {"phase": "ready", ...} after start-up, then reads one phase
 name per line on stdin ("quit" ends it), runs it and prints one JSON line:
@@ -91,6 +91,9 @@ def parse_args():
                         '"port", "pool_id", "monitor": null or {"id", '
                         '"delay", "timeout", "fall"}, "members": [{"id", '
                         '"address", "port", "weight", "enabled"}]}')
+    p.add_argument('--lvs-spec-file', default=None,
+                   help='a file holding a --lvs-spec list, read again by '
+                        'each lvs-update phase')
     p.add_argument('--namespace', default=None,
                    help="the agent's network_namespace when it is not "
                         "amphora-haproxy (tests beside each other on one "
@@ -512,6 +515,15 @@ class Controller(object):
         return {'api_version': amp.api_version,
                 'lvs_configs': self.lvs_configs(),
                 'configs': self.uploaded_configs()}
+
+    def phase_lvs_update(self):
+        """A change of the UDP/SCTP listeners (a member added, removed or
+        re-weighted, a monitor changed): --lvs-spec-file says what they
+        are now, and the driver sends the whole load balancer again, as
+        for lvs-create."""
+        with open(self.args.lvs_spec_file) as f:
+            self.lvs_spec = json.load(f)
+        return self.phase_lvs_create()
 
     def phase_lvs_reload(self):
         """The driver's reload of the whole load balancer: reload_listener
