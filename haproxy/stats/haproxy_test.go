@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -153,15 +152,7 @@ backend pool-1:listener-1
     server member-1 127.0.0.1:%d
 `, haproxytest.FreePort(t), haproxytest.FreePort(t))
 	hp := haproxytest.Start(t, haproxytest.Options{Config: cfg, Dir: dir, StatsSocket: sock})
-	proc, err := hp.ShowProc()
-	if err != nil || len(proc.Workers) != 1 {
-		t.Fatalf("show proc: %+v, %v", proc, err)
-	}
-	worker := proc.Workers[0]
-	if err := syscall.Kill(worker, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(worker, syscall.SIGCONT) }) // before hp.Stop
+	hp.StallWorker()
 	before, err := os.Stat(sock)
 	if err != nil {
 		t.Fatal(err)
