@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
@@ -125,6 +129,81 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 			t.Fatalf("paced read: %d rows, blocking read %d; they differ", len(rows), len(want))
 		}
 	}
+}
+
+// A reloading master takes the listening sockets over from its current
+// worker, giving up after 1 s; it then binds a new stats socket and
+// renames it over the path. A read queued on the old socket meanwhile is
+// answered by the new worker, not held until the old one runs again
+// (here it is stopped; during back-to-back reloads it may still be
+// starting, or starved of CPU).
+func TestRealHAProxyReadFollowsReplacedSocket(t *testing.T) {
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Skip("ss (iproute2) is needed to see the queued connections")
+	}
+	dir := haproxytest.ShortDir(t)
+	sock := filepath.Join(dir, "lb.sock")
+	cfg := haproxytest.Preamble(100, sock) + fmt.Sprintf(`
+frontend listener-1
+    bind 127.0.0.1:%d
+    default_backend pool-1:listener-1
+
+backend pool-1:listener-1
+    server member-1 127.0.0.1:%d
+`, haproxytest.FreePort(t), haproxytest.FreePort(t))
+	hp := haproxytest.Start(t, haproxytest.Options{Config: cfg, Dir: dir, StatsSocket: sock})
+	hp.StallWorker()
+	before, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Both engines: the heartbeat's paced read and a blocking command.
+	results := make(chan error, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	go func() {
+		_, err := stats.ShowStat(ctx, sock, new(bytes.Buffer), nil)
+		results <- err
+	}()
+	go func() {
+		_, err := stats.ShowInfo(ctx, sock)
+		results <- err
+	}()
+	if !testkit.Until(10*time.Second, func() bool { return queued(t, sock) == 2 }) {
+		t.Fatalf("the stats socket's queue holds %d connections, want the 2 reads", queued(t, sock))
+	}
+	if _, err := hp.TryReload(); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := os.Stat(sock); err != nil || os.SameFile(before, after) {
+		t.Skipf("this HAProxy kept the stats socket (%v): nothing to follow", err)
+	}
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Errorf("read queued on the replaced socket: %v", err)
+		}
+	}
+}
+
+// queued is how many connections wait to be accepted on the listening
+// socket bound at sock (HAProxy binds it as <sock>.<pid>.tmp).
+func queued(t *testing.T, sock string) int {
+	t.Helper()
+	out, err := exec.Command("ss", "-xlnH").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		// u_str LISTEN <Recv-Q> <Send-Q> <address> <inode> * 0
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == sock || strings.HasPrefix(f[4], sock+".")) {
+			q, _ := strconv.Atoi(f[2])
+			n += q
+		}
+	}
+	return n
 }
 
 // showStat sends cmd (a `show stat`) with a blocking Command and parses

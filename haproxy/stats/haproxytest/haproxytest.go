@@ -191,6 +191,25 @@ func (p *Process) TryReload() (int, error) {
 	return now.Reloads, err
 }
 
+// StallWorker stops the current worker (SIGSTOP) until the test ends, as
+// a worker starved of CPU or still starting looks to its master: it
+// neither accepts nor answers, not even the master's request for its
+// listening sockets at a reload. It returns the worker's pid.
+func (p *Process) StallWorker() int {
+	p.t.Helper()
+	proc, err := p.ShowProc()
+	if err != nil || len(proc.Workers) != 1 {
+		p.t.Fatalf("show proc: %+v, %v", proc, err)
+	}
+	pid := proc.Workers[0]
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		p.t.Fatal(err)
+	}
+	// Registered after Start's, so it runs before Stop.
+	p.t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	return pid
+}
+
 // Stop ends HAProxy and its workers: SIGTERM to the process group, SIGKILL
 // after 5 s.
 func (p *Process) Stop() {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"time"
 )
 
 // errTimeout is a socket time-out, reported as net reports one.
@@ -29,9 +30,25 @@ func Exchange(ctx context.Context, path string, req []byte, answer *bytes.Buffer
 	if !ok {
 		return errors.New("rawsock: the context has no deadline")
 	}
+	for {
+		err := exchangeOnce(ctx, path, deadline, req, answer, limit, paced)
+		if err != errReplaced {
+			return err
+		}
+		// Nothing was read: the same request goes to the socket that the
+		// path names now.
+	}
+}
+
+// exchangeOnce is one connection of Exchange; errReplaced when the path
+// came to name another socket while no answer had come.
+func exchangeOnce(ctx context.Context, path string, deadline time.Time, req []byte, answer *bytes.Buffer, limit int64, paced bool) error {
 	if err := ctx.Err(); err != nil {
 		return classify(ctx, err)
 	}
+	// Taken before connecting: a socket bound over the path in between
+	// costs one needless reconnection, never a missed one.
+	file, known := fileOf(path)
 	var conn *sock
 	var err error
 	if paced {
@@ -43,6 +60,9 @@ func Exchange(ctx context.Context, path string, req []byte, answer *bytes.Buffer
 		return classify(ctx, err)
 	}
 	defer conn.close()
+	if known {
+		conn.watch(path, file)
+	}
 	if !paced {
 		// Cancellation (not only the deadline) interrupts blocked I/O; a
 		// paced sock never blocks and watches ctx itself.
@@ -53,6 +73,9 @@ func Exchange(ctx context.Context, path string, req []byte, answer *bytes.Buffer
 		return classify(ctx, err)
 	}
 	_, err = answer.ReadFrom(io.LimitReader(conn, limit))
+	if err == errReplaced {
+		return err
+	}
 	if err == nil {
 		// A cancelled read ends as if the peer had closed.
 		err = ctx.Err()

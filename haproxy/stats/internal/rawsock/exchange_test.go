@@ -212,5 +212,49 @@ func TestPacedConnectWaitsForFullBacklog(t *testing.T) {
 	}
 }
 
+// A reloading HAProxy master that cannot take the stats socket over from
+// its worker binds a new socket and renames it over the path. A read
+// already connected to the old socket, which no answer comes from, goes
+// to the new one instead of waiting for its deadline; both engines.
+func TestExchangeFollowsReplacedSocket(t *testing.T) {
+	path := fakePath(t)
+	accepted := make(chan struct{}, 2)
+	haproxytest.ServeFakeConn(t, path, func(_ string, _ net.Conn, release <-chan struct{}) {
+		accepted <- struct{}{}
+		<-release // a worker that took the connection and stalls
+	})
+	type result struct {
+		paced bool
+		out   string
+		err   error
+	}
+	results := make(chan result, 2)
+	for _, paced := range []bool{false, true} {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, err := exchange(ctx, path, "show stat", paced)
+			results <- result{paced, out, err}
+		}()
+	}
+	for range 2 {
+		select {
+		case <-accepted:
+		case r := <-results:
+			t.Fatalf("paced %v: %q, %v before the socket was replaced", r.paced, r.out, r.err)
+		}
+	}
+	tmp := path + ".new"
+	haproxytest.ServeFake(t, tmp, func(cmd string) (string, bool) { return "answer to " + cmd + "\n", false })
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := <-results; r.err != nil || r.out != "answer to show stat\n" {
+			t.Errorf("paced %v: %q, %v; want the new socket's answer", r.paced, r.out, r.err)
+		}
+	}
+}
+
 // fakePath is where a test's fake stats socket listens.
 func fakePath(t *testing.T) string { return filepath.Join(haproxytest.ShortDir(t), "s.sock") }

@@ -98,6 +98,9 @@ func (s *sock) readPaced(p []byte) (int, error) {
 			0, 0, 0)
 		switch {
 		case errno == unix.EAGAIN:
+			if s.replaced() {
+				return 0, errReplaced
+			}
 			d := pace
 			if !s.started {
 				d = firstPoll

@@ -24,10 +24,17 @@ type sock struct {
 	mu     sync.Mutex // abort against close
 	closed bool
 
+	started bool // the answer has begun
+
+	// The socket file connected to, looked at until the answer begins
+	// (see watch); path is empty when it is not.
+	path     string
+	file     fileID
+	nextLook time.Time
+
 	// The non-blocking (paced) sock's state.
 	nonblock bool
 	done     <-chan struct{} // the command's ctx.Done
-	started  bool            // the answer has begun
 }
 
 // dial connects to path, blocking at most until deadline.
@@ -65,8 +72,13 @@ func (s *sock) timeout(opt int) error {
 	if left <= 0 {
 		return errTimeout
 	}
+	return s.setTimeout(opt, left)
+}
+
+// setTimeout sets opt (SO_SNDTIMEO or SO_RCVTIMEO) to d, at least 1 µs.
+func (s *sock) setTimeout(opt int, d time.Duration) error {
 	// Zero would mean no time-out at all.
-	tv := unix.NsecToTimeval(max(left.Nanoseconds(), int64(time.Microsecond)))
+	tv := unix.NsecToTimeval(max(d.Nanoseconds(), int64(time.Microsecond)))
 	if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, opt, &tv); err != nil {
 		return os.NewSyscallError("setsockopt", err)
 	}
@@ -109,10 +121,31 @@ func (s *sock) Read(p []byte) (int, error) {
 	if s.nonblock {
 		return s.readPaced(p)
 	}
-	if err := s.timeout(unix.SO_RCVTIMEO); err != nil {
-		return 0, err
+	for {
+		left := time.Until(s.deadline)
+		if left <= 0 {
+			return 0, errTimeout
+		}
+		watching := s.path != "" && !s.started
+		if watching {
+			// Wake up in time to look at the path again.
+			left = min(left, time.Until(s.nextLook))
+		}
+		if err := s.setTimeout(unix.SO_RCVTIMEO, left); err != nil {
+			return 0, err
+		}
+		n, err := s.recv(p)
+		if watching && err == errTimeout && time.Now().Before(s.deadline) {
+			if s.replaced() {
+				return 0, errReplaced
+			}
+			continue
+		}
+		if n > 0 {
+			s.started = true
+		}
+		return n, err
 	}
-	return s.recv(p)
 }
 
 // recv is one blocking recvfrom: io.EOF when HAProxy closed, errTimeout
