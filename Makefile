@@ -108,9 +108,13 @@ image:
 
 # Amphora VMs under QEMU (TCG here): the base image is built once and
 # cached by its inputs (cmd/amphora-agent/packaging/image/build.sh); the package
-# under test is installed at boot. AMPHORA_VM_POWER_CYCLES (environment)
-# sets the power-loss test's count; 10 needs VM_TIMEOUT=60m.
-VM_TIMEOUT ?= 35m
+# under test is installed at boot. Each wait on a booting guest may take
+# what Octavia's controller tolerates (10 minutes, vmBootWait in
+# vm_test.go); a loaded host stretched the tier to about twice its 17 idle
+# minutes, and 60m leaves room beside that for a few waits run long.
+# AMPHORA_VM_POWER_CYCLES (environment) sets the power-loss test's count;
+# 10 needs VM_TIMEOUT=90m.
+VM_TIMEOUT ?= 60m
 test-vm: deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-vm: skipped: needs root (taps, namespaces)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-vm: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
