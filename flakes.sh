@@ -88,13 +88,22 @@ run() {
 			# The package's shuffle seed, to replay its order with -shuffle;
 			# then the test's output, or the package's own and its failed
 			# build's.
+			jq -j --arg p "$pkg" 'select(.Action == "output" and .Package == $p and .Test == null
+				and (.Output | startswith("-test.shuffle"))) | .Output' "$log" | head -n 1
 			jq -j -s --arg p "$pkg" --arg t "$test" '
 				(map(select(.Action == "fail" and .Package == $p and .Test == null)) | .[0].FailedBuild // "") as $build
-				| (map(select(.Action == "output" and .Package == $p and .Test == null and (.Output | startswith("-test.shuffle")))) | .[0].Output // ""),
-				(.[] | select((.Action == "build-output" and $build != "" and .ImportPath == $build)
+				| .[] | select((.Action == "build-output" and $build != "" and .ImportPath == $build)
 					or (.Action == "output" and .Package == $p and (if $t == "-" then .Test == null
-						else .Test == $t or (.Test // "" | startswith($t + "/")) end))) | .Output)' "$log" |
-				tail -n 60
+						else .Test == $t or (.Test // "" | startswith($t + "/")) end))) | .Output' "$log" >"$work/out"
+			# A long output (a test's dump of state) keeps its file:line
+			# messages and its end.
+			if (($(wc -l <"$work/out") <= 60)); then
+				cat "$work/out"
+			else
+				grep -E -m 20 '^[[:space:]]+[^[:space:]]+\.go:[0-9]+: ' "$work/out"
+				echo "[...]"
+				tail -n 30 "$work/out"
+			fi
 		} >"$work/first/$key"
 	done <"$work/run.counted"
 	if [ -n "$logs" ]; then
