@@ -192,7 +192,8 @@ soak: build
 # panicked or timed out counts as its own "-" test), and fails if any
 # did. The busy loops end with each unit run, and by themselves after
 # FLAKES_BUSY_MAX seconds or when flakes.sh is gone; FLAKES_LOGS=folder
-# keeps each run's go test -json output. The logic is in flakes.sh.
+# keeps each run's go test -json output. The logic is in flakes.sh (it
+# reads go test -json with jq).
 FLAKES_UNIT ?= 20
 FLAKES_SYSTEM ?= 3
 flakes: build
