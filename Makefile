@@ -17,7 +17,7 @@ TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables iputils-ping pytho
 CLOUD_PACKAGES := mariadb-server rabbitmq-server dnsmasq-base octavia-api octavia-worker octavia-health-manager octavia-housekeeping python3-openstackclient python3-octaviaclient
 CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 
-.PHONY: build deb run demo test test-unit test-system test-interop test-vm test-cloud test-vm-cloud deps deps-cloud vet bench fuzz soak clean
+.PHONY: build deb run demo test test-unit test-system test-interop test-vm test-cloud test-vm-cloud deps deps-cloud vet bench fuzz soak flakes clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -108,9 +108,13 @@ image:
 
 # Amphora VMs under QEMU (TCG here): the base image is built once and
 # cached by its inputs (cmd/amphora-agent/packaging/image/build.sh); the package
-# under test is installed at boot. AMPHORA_VM_POWER_CYCLES (environment)
-# sets the power-loss test's count; 10 needs VM_TIMEOUT=60m.
-VM_TIMEOUT ?= 35m
+# under test is installed at boot. Each wait on a booting guest may take
+# what Octavia's controller tolerates (10 minutes, vmBootWait in
+# vm_test.go); a loaded host stretched the tier to about twice its 17 idle
+# minutes, and 60m leaves room beside that for a few waits run long.
+# AMPHORA_VM_POWER_CYCLES (environment) sets the power-loss test's count;
+# 10 needs VM_TIMEOUT=90m.
+VM_TIMEOUT ?= 60m
 test-vm: deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-vm: skipped: needs root (taps, namespaces)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-vm: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
@@ -179,6 +183,21 @@ SOAK ?= 20m
 soak: build
 	@if [ "$$(id -u)" != 0 ]; then echo "soak: needs root (it makes network namespaces)"; exit 1; fi
 	AMPHORA_SOAK=$(SOAK) AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags 'system soak' -timeout $(SOAK)10m -run '^TestSoak$$' -v ./cmd/amphora-agent/tiers/
+
+# The flake hunt (not part of make test): the unit tier FLAKES_UNIT times
+# (-race -shuffle=on) while a busy loop holds each core, then the system
+# tier FLAKES_SYSTEM times (as test-system; needs root, skipped without).
+# Prints the run counts and each test that failed at least once with its
+# count and first failure's output (a package that failed to build,
+# panicked or timed out counts as its own "-" test), and fails if any
+# did. The busy loops end with each unit run, and by themselves after
+# FLAKES_BUSY_MAX seconds or when flakes.sh is gone; FLAKES_LOGS=folder
+# keeps each run's go test -json output. The logic is in flakes.sh (it
+# reads go test -json with jq).
+FLAKES_UNIT ?= 20
+FLAKES_SYSTEM ?= 3
+flakes: build
+	@GO='$(GO)' ./flakes.sh $(FLAKES_UNIT) $(FLAKES_SYSTEM) $(CURDIR)/$(BIN)
 
 clean:
 	rm -rf bin

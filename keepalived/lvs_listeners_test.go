@@ -28,12 +28,15 @@ func (e *fakeEnv) lvs(t *testing.T) *LVS {
 			}
 			return "", nil
 		}})
-	t.Cleanup(s.Close)
+	// Cleanups run last first: supervision ends before keepalived is
+	// killed, or it starts a new one that writes its pid file while the
+	// test's folder is being removed.
 	t.Cleanup(func() {
 		if pid, err := pidfile.Read(s.Layout().PidPath("l1")); err == nil {
 			syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	})
+	t.Cleanup(s.Close)
 	return s
 }
 

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -81,6 +82,15 @@ func TestNetworksInNamespace(t *testing.T) {
 	mustIP(t, "-n", ns, "link", "set", "eth7", "up")
 	mustIP(t, "-n", ns, "link", "set", "other7", "up")
 	mustIP(t, "-n", ns, "link", "set", "lo", "up")
+	// A veth's carrier comes on when its peer comes up, and the kernel
+	// gives it a queue (until then every packet is dropped, not counted as
+	// sent) only when its link watch gets to the event, up to a second
+	// later; the state shows UP once that is done (a dummy's is UNKNOWN
+	// from the start).
+	testkit.WaitFor(t, 30*time.Second, "eth7 UP", func() bool {
+		out, err := exec.Command("ip", "-n", ns, "-o", "link", "show", "dev", "eth7").Output()
+		return err == nil && (strings.Contains(string(out), " state UP ") || strings.Contains(string(out), " state UNKNOWN "))
+	})
 	// A static neighbour lets the datagram leave without ARP.
 	mustIP(t, "-n", ns, "neigh", "replace", "192.0.2.99", "lladdr", "02:00:00:00:00:99", "dev", "eth7")
 

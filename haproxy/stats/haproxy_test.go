@@ -101,9 +101,18 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 			fmt.Fprintf(&cfg, "    server member-%d-%d 127.0.0.1:9 weight %d\n", l, m, m%3)
 		}
 	}
+	began := time.Now()
 	haproxytest.Start(t, haproxytest.Options{Config: cfg.String(), Dir: dir, StatsSocket: sock})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	up := time.Since(began)
+	// Each read has a deadline of its own, not the rest of one shared by
+	// all four; a failure says how long each step took.
+	read := func(f func(context.Context) error) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := f(ctx)
+		return time.Since(start), err
+	}
 	summary := func(rows []stats.Row) string {
 		var b strings.Builder
 		for _, r := range rows {
@@ -111,16 +120,23 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 		}
 		return b.String()
 	}
-	want, err := showStat(ctx, sock, "show stat -1 -1 -1")
+	var want []stats.Row
+	took, err := read(func(ctx context.Context) (err error) {
+		want, err = showStat(ctx, sock, "show stat -1 -1 -1")
+		return err
+	})
 	if err != nil || len(want) != 10*252 {
-		t.Fatalf("blocking read: %d rows, %v", len(want), err)
+		t.Fatalf("blocking read: %d rows, %v after %v (HAProxy up after %v)", len(want), err, took, up)
 	}
 	var buf bytes.Buffer
 	var rows []stats.Row
-	for range 3 { // the buffers reused, as the heartbeat does
-		rows, err = stats.ShowStat(ctx, sock, &buf, rows)
+	for i := range 3 { // the buffers reused, as the heartbeat does
+		took, err := read(func(ctx context.Context) (err error) {
+			rows, err = stats.ShowStat(ctx, sock, &buf, rows)
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("paced read %d: %v after %v (HAProxy up after %v, the test began %v ago)", i+1, err, took, up, time.Since(began))
 		}
 		if buf.Len() < 500<<10 {
 			t.Fatalf("answer of %d bytes, want a long one", buf.Len())

@@ -5,6 +5,7 @@ package tiers_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,12 +16,18 @@ import (
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
-// hangUpAction sends PUT .../{action} and hangs up after a moment, in the
-// middle of the agent's work, as a controller whose connection drops.
+// hangUpAction sends PUT .../{action} and hangs up a moment after the
+// request is sent, in the middle of the agent's work, as a controller
+// whose connection drops. Counted from the dial instead, the moment could
+// end in a slow TLS handshake on a loaded host, before the agent had any
+// request at all.
 func (f *lbFixture) hangUpAction(action string, after time.Duration) {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), after)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { time.AfterFunc(after, cancel) },
+	})
 	req, _ := http.NewRequestWithContext(ctx, "PUT", f.env.URL("/1.0/loadbalancer/"+testLB+"/"+action), nil)
 	if resp, err := f.env.Client().Do(req); err == nil {
 		resp.Body.Close()

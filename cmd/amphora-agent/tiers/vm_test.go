@@ -36,10 +36,20 @@ import (
 )
 
 const (
-	vmBootWait  = 5 * time.Minute
 	vmHeartbeat = 2 // seconds between heartbeats in the VM tier
 	vmKey       = "vm-tier-key"
 )
+
+// vmBootWait bounds each wait on a booting guest (its guest agent,
+// cloud-init's last stage, the agent's unit) by what Octavia's controller
+// tolerates at its defaults before it gives a new amphora up: [haproxy_amphora]
+// connection_max_retries (120) attempts connection_retry_interval (5 s)
+// apart, when each is refused at once as through the forwarded port here
+// (one that hangs adds up to rest_request_conn_timeout, 10 s, to each).
+// Each wait gets all of it, not what earlier waits left of a shared
+// budget: a busy host stretches a 90 s boot under TCG several-fold, and a
+// VM booted beside another must not lose the time spent waiting for that one.
+const vmBootWait = 120 * 5 * time.Second
 
 // vmPackage is the .deb under test (make test-vm builds it).
 func vmPackage(t *testing.T) string {
@@ -199,9 +209,9 @@ func (a *amphora) ready(t *testing.T) {
 	// cloud-init's last stage runs the user data's runcmd, which restarts
 	// the agent when the files came in the user data: the agent counts as
 	// ready once that is over.
-	a.WaitFor(vmBootWait-time.Since(a.started), "cloud-init's final stage done",
+	a.WaitFor(vmBootWait, "cloud-init's final stage done",
 		`[ -e /var/lib/cloud/instance/boot-finished ] || { systemctl list-jobs --no-pager; journalctl -b --no-pager -u 'cloud-*' | tail -n 15; exit 1; }`)
-	a.waitActive(vmBootWait - time.Since(a.started))
+	a.waitActive(vmBootWait)
 	t.Logf("%s: agent active %v after power-on", a.Name, time.Since(a.started).Round(time.Second))
 }
 

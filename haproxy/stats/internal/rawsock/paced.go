@@ -94,6 +94,12 @@ func (s *sock) sendPaced(b []byte) error {
 // until the deadline.
 func (s *sock) readPaced(p []byte) (int, error) {
 	for {
+		// Looked at before each read too, not only in wait: a reader that
+		// finds data every time it looks (slower than the sender) would
+		// otherwise read on past the deadline as long as the answer lasts.
+		if err := s.ended(); err != nil {
+			return 0, err
+		}
 		n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
 			0, 0, 0)
 		switch {
@@ -126,16 +132,10 @@ func (s *sock) readPaced(p []byte) (int, error) {
 // Gosched after it lets goroutines waiting for the P run between rounds
 // and spares the reader sysmon's preemption.
 func (s *sock) wait(d time.Duration) error {
-	select {
-	case <-s.done:
-		return errAborted
-	default:
+	if err := s.ended(); err != nil {
+		return err
 	}
-	left := time.Until(s.deadline)
-	if left <= 0 {
-		return errTimeout
-	}
-	ts := unix.NsecToTimespec(min(d, left).Nanoseconds())
+	ts := unix.NsecToTimespec(max(min(d, time.Until(s.deadline)), 0).Nanoseconds())
 	for {
 		_, _, errno := unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), uintptr(unsafe.Pointer(&ts)), 0)
 		if errno != unix.EINTR {
@@ -149,4 +149,18 @@ func (s *sock) wait(d time.Duration) error {
 	default:
 		return nil
 	}
+}
+
+// ended is errAborted once the command's context has ended, errTimeout
+// once the deadline has passed, else nil.
+func (s *sock) ended() error {
+	select {
+	case <-s.done:
+		return errAborted
+	default:
+	}
+	if time.Until(s.deadline) <= 0 {
+		return errTimeout
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Each wait of a paced read hands the P over to goroutines waiting for
@@ -40,5 +42,35 @@ func TestPacedWaitYields(t *testing.T) {
 	// loaded machine (18 of 20 was seen).
 	if got := runs.Load() - before; got < waits/2 {
 		t.Errorf("another runnable goroutine ran %d times during %d waits, want at least %d", got, waits, waits/2)
+	}
+}
+
+// A paced read looks at the deadline and the context before each read,
+// not only when it has to wait: a reader that finds data every time it
+// looks (a slow reader behind a faster HAProxy) would otherwise read past
+// both for as long as the answer lasts.
+func TestPacedReadEndsWithDataWaiting(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[1])
+	if _, err := unix.Write(fds[1], []byte("more of the answer")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	s := &sock{fd: fds[0], deadline: time.Now().Add(-time.Millisecond), nonblock: true, done: done}
+	defer s.close()
+	p := make([]byte, 64)
+	if n, err := s.Read(p); err != errTimeout {
+		t.Errorf("past the deadline: %d bytes, %v; want a time-out", n, err)
+	}
+	s.deadline = time.Now().Add(time.Minute)
+	close(done)
+	if _, err := unix.Write(fds[1], []byte("and more")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Read(p); err != errAborted {
+		t.Errorf("context ended: %d bytes, %v; want the read aborted", n, err)
 	}
 }
