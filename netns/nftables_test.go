@@ -18,7 +18,7 @@ func TestDecodeFirewallRules(t *testing.T) {
 		{`[{"protocol":"SCTP","cidr":"2001:db8::/64","port":1}]`, true},
 		{`[{"protocol":"TCP","cidr":"192.0.2.7","port":65535}]`, true},
 		{`[{"protocol":"TCP","cidr":null,"port":80.0}]`, true},
-		{`[{"protocol":"TCP","cidr":"","port":80}]`, true}, // any source, as upstream
+		{`[{"protocol":"TCP","cidr":"","port":80}]`, true},      // any source, as upstream
 		{`[{"protocol":"VRRP","cidr":null,"port":112}]`, false}, // vrrp is lower case only
 		{`[{"protocol":"tcp","cidr":null,"port":80}]`, false},
 		{`[{"protocol":"ICMP","cidr":null,"port":80}]`, false},
