@@ -30,6 +30,9 @@ const (
 	// Bounds of the slow-read limit (see slowReadLimit).
 	minSlowRead = 5 * time.Second
 	maxSlowRead = 10 * time.Second
+	// recheckLimit bounds the one more read that follows a read which hit
+	// the slow-read limit (see startRead).
+	recheckLimit = 2 * time.Second
 )
 
 // Forget drops the cached reading of lb so that it can never stand in for
@@ -151,10 +154,20 @@ func (s *Sender) startRead(ctx context.Context, lb string, limit time.Duration) 
 	s.reading[lb] = rd
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, limit)
-		defer cancel()
 		r, ok, decided := s.readRunning(rctx, lb)
+		cancel()
 		if !decided && ctx.Err() == nil {
-			s.markUnresponsive(lb, limit)
+			// The limit also passes when the agent itself got no CPU for
+			// that long (a starved VM): every timer then fires at once and
+			// HAProxy never had the chance to answer. One more read on a
+			// new connection, answered in milliseconds by a HAProxy that
+			// runs, tells that apart from a HAProxy that is silent.
+			rctx, cancel = context.WithTimeout(ctx, recheckLimit)
+			r, ok, decided = s.readRunning(rctx, lb)
+			cancel()
+		}
+		if !decided && ctx.Err() == nil {
+			s.markUnresponsive(lb, limit+recheckLimit)
 		}
 		rd.r, rd.ok, rd.decided = r, ok, decided
 		s.cacheMu.Lock()

@@ -327,13 +327,48 @@ func TestWedgedStatsSocketDoesNotDelayHeartbeat(t *testing.T) {
 		if !s.readEnded("lb-b-wedged", 10*time.Second) || !s.isUnresponsive("lb-b-wedged") {
 			t.Fatal("the wedged LB's read did not end as unresponsive")
 		}
-		if waited := time.Since(start); waited != limit {
-			t.Fatalf("unresponsive after %v, want the slow-read limit %v", waited, limit)
+		if waited, want := time.Since(start), limit+recheckLimit; waited != want {
+			t.Fatalf("unresponsive after %v, want the slow-read limit and the recheck, %v", waited, want)
 		}
 		cycle("once unresponsive", false)
 		cycle("still unresponsive", false)
 		// A bubble ends only once its goroutines have: the last read too.
-		s.readEnded("lb-b-wedged", limit)
+		s.readEnded("lb-b-wedged", limit+recheckLimit)
+	})
+}
+
+// A read that outlasts the slow-read limit because the agent got no CPU
+// (its timers all fire at once when it runs again, before HAProxy had the
+// chance to answer) is followed by one more read, which HAProxy answers
+// at once: the LB is not unresponsive and keeps its listeners.
+func TestReadPastTheLimitIsAskedOnceMore(t *testing.T) {
+	var reads atomic.Int32
+	src := pacedSource{lbs: []string{"lb-starved"}, wait: func(string) time.Duration {
+		if reads.Add(1) == 2 {
+			return -1 // the read during which the agent was starved
+		}
+		return 0
+	}}
+	const limit = 1500 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		log := &beatLog{t: t}
+		s := pacedSender(t, src, limit, log)
+		if m, _ := timedCycle(t, s, log); len(m.Listeners) != 1 {
+			t.Fatalf("first heartbeat: listeners %v", m.Listeners)
+		}
+		timedCycle(t, s, log)
+		if !s.readEnded("lb-starved", 10*time.Second) {
+			t.Fatal("the read did not end")
+		}
+		if s.isUnresponsive("lb-starved") {
+			t.Fatal("an LB that answered the read after the limit is unresponsive")
+		}
+		if m, _ := timedCycle(t, s, log); len(m.Listeners) != 1 {
+			t.Fatalf("heartbeat after the starved read: listeners %v, want the LB's", m.Listeners)
+		}
+		if n := reads.Load(); n != 4 {
+			t.Fatalf("%d reads, want 4 (the starved one asked once more)", n)
+		}
 	})
 }
 
