@@ -9,7 +9,7 @@ PORT ?= 9443
 
 # Debian packages the system and interop tiers drive for real; mmdebstrap
 # makes the chroot the package is installed in.
-TEST_PACKAGES := haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
+TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
 
 # Debian's Octavia control plane for the cloud tier (make test-cloud, run
 # by make test); the preseed answers "no" to every configure question of
@@ -191,13 +191,13 @@ soak: build
 # count and first failure's output (a package that failed to build,
 # panicked or timed out counts as its own "-" test), and fails if any
 # did. The busy loops end with each unit run, and by themselves after
-# FLAKES_BUSY_MAX seconds or when flakes.sh is gone; FLAKES_LOGS=folder
-# keeps each run's go test -json output. The logic is in flakes.sh (it
-# reads go test -json with jq).
+# FLAKES_BUSY_MAX seconds or when the script is gone; FLAKES_LOGS=folder
+# keeps each run's go test -json output. The logic is in
+# cmd/amphora-agent/tiers/flakes.sh (it reads go test -json with jq).
 FLAKES_UNIT ?= 20
 FLAKES_SYSTEM ?= 3
 flakes: build
-	@GO='$(GO)' ./flakes.sh $(FLAKES_UNIT) $(FLAKES_SYSTEM) $(CURDIR)/$(BIN)
+	@GO='$(GO)' cmd/amphora-agent/tiers/flakes.sh $(FLAKES_UNIT) $(FLAKES_SYSTEM) $(CURDIR)/$(BIN)
 
 clean:
 	rm -rf bin

@@ -18,7 +18,7 @@ busy_max=${FLAKES_BUSY_MAX:-1800}
 logs=${FLAKES_LOGS:-}
 
 command -v jq >/dev/null || { echo "flakes: needs jq (apt-get install jq)" >&2; exit 2; }
-cd "$(dirname "$0")" || exit 2
+cd "$(dirname "$0")/../../.." || exit 2
 
 work=$(mktemp -d)
 busy=()
