@@ -207,6 +207,9 @@ func (p *Process) StallWorker() int {
 	}
 	// Registered after Start's, so it runs before Stop.
 	p.t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	// The signal takes effect when the worker is next scheduled: until
+	// then it may still accept a connection the test means to queue.
+	p.waitFor(10*time.Second, "the worker stopped", func() bool { return procState(pid) == 'T' })
 	return pid
 }
 
@@ -289,4 +292,19 @@ func Masters(sock string) int {
 		}
 	}
 	return n
+}
+
+// procState is the state letter of /proc/<pid>/stat (0 when unreadable).
+func procState(pid int) byte {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name in parentheses may hold spaces; the state follows
+	// its closing one.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0
+	}
+	return data[i+2]
 }
