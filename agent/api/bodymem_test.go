@@ -11,8 +11,8 @@ import (
 )
 
 // A large upload is read once into memory of its own size: the body is
-// not grown by doubling nor copied again for the handler (issue 11, item 8:
-// a 64 MiB upload cost about 4x its size). Allocation is counted, not
+// not grown by doubling nor copied again for the handler (a 64 MiB
+// upload once cost about 4x its size). Allocation is counted, not
 // timed, so the bound is exact.
 func TestLargeUploadIsReadOnce(t *testing.T) {
 	const size = 64 << 20

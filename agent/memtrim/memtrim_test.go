@@ -169,7 +169,7 @@ func liveHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// What sync.Pools hold comes back too (issue 23, item 1: after a flood
+// What sync.Pools hold comes back too (after a flood
 // of scrapes, net/http's pooled buffers kept the agent 5 MB over idle).
 func TestReleaseEmptiesPools(t *testing.T) {
 	var pool sync.Pool

@@ -410,7 +410,7 @@ func rawExporter(t *testing.T, answer func(c net.Conn)) string {
 
 // An exporter answer with a head or a line over the caps is a 502 (or,
 // once part of the page has gone out, a cut answer), and the agent stops
-// reading it at the cap: issue 23, item 2.
+// reading it at the cap.
 func TestMetricsBadExporterAnswer(t *testing.T) {
 	const huge = 64 << 20 // would be held whole without the caps
 	okHead := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
@@ -480,7 +480,7 @@ func TestMetricsBadExporterAnswer(t *testing.T) {
 // A silent exporter (it accepts and never answers) is a 502 after the
 // answer timeout, not after metricsFetchTimeout; scrapes beyond
 // MaxScrapes wait scrapeQueueWait and are answered 503 while the slots
-// are taken: issue 23, item 1.
+// are taken.
 func TestMetricsSilentExporterAndScrapeCap(t *testing.T) {
 	release := make(chan struct{})
 	accepted := make(chan struct{}, MaxScrapes+1)

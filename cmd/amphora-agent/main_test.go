@@ -9,7 +9,7 @@ import (
 )
 
 // Every subcommand, the agent itself and every alias meet one contract
-// (issue 25, item 5): -h, -help and --help print the usage on stdout and
+// -h, -help and --help print the usage on stdout and
 // exit 0; --version prints the version on stdout and exits 0; an unknown
 // flag exits 2 with the usage on stderr and nothing on stdout.
 func TestEveryCommandHelpAndVersion(t *testing.T) {

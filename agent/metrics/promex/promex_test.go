@@ -106,8 +106,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // A line over MaxLine ends the page with ErrLineTooLong as soon as the
-// cap is passed: the rest of it is never read, let alone held (issue 23,
-// item 2: a 1 GiB line once took 4.2 GB).
+// cap is passed: the rest of it is never read, let alone held (a 1 GiB
+// line once took 4.2 GB).
 func TestLineOverCap(t *testing.T) {
 	const endless = 64 << 20
 	for _, before := range []string{"", "haproxy_process_listeners 3\n"} {

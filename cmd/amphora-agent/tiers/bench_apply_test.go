@@ -462,7 +462,7 @@ func benchApplyFloor(t *testing.T, tb *benchTable, notes *[]string) {
 }
 
 // benchGrowth prints how apply latency and heartbeat CPU grow with
-// listeners × members, and the 1 × 10 × 250 heartbeat of issue 12.
+// listeners × members, and the headline 1 × 10 × 250 heartbeat.
 func benchGrowth(t *testing.T, tb *benchTable, notes *[]string) {
 	var cells []growthCell
 	for _, l := range []int{1, 10, 50} {
@@ -477,7 +477,7 @@ func benchGrowth(t *testing.T, tb *benchTable, notes *[]string) {
 // windows of beats heartbeats each.
 type growthCell struct{ listeners, members, beats, windows int }
 
-// headlineCell is issue 12's heartbeat: 1 LB × 10 × 250 over 20 beats.
+// headlineCell is the headline heartbeat: 1 LB × 10 × 250 over 20 beats.
 var headlineCell = growthCell{10, 250, headlineBeats, headlineWindows}
 
 func benchGrowthCells(t *testing.T, tb *benchTable, notes *[]string, cells []growthCell) {

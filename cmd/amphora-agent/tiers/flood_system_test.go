@@ -19,8 +19,8 @@ import (
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 )
 
-// Issue 11, item 8: bounds the issue sets (a normal client served within
-// 1 s, RSS under 40 MB) while 3,000 connections sit idle or trickle a
+// A flood's bounds (a normal client served within 1 s, RSS under
+// 40 MB) while 3,000 connections sit idle or trickle a
 // TLS hello.
 const (
 	floodConns    = 3000

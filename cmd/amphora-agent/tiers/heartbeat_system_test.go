@@ -212,7 +212,7 @@ func (r *hbReceiver) medianSpacing(gaps int, key string) (time.Duration, []time.
 
 // SIGHUP with a file that PUT /1.0/config would refuse keeps the
 // configuration in force: one error line says why, and heartbeats go on
-// to the same health manager signed with the same key (issue 11, item 3).
+// to the same health manager signed with the same key.
 func TestHeartbeatSystemSIGHUPKeepsConfigOnBrokenFile(t *testing.T) {
 	hm := newHBReceiver(t)
 	env := testenv.New(t)

@@ -2,8 +2,8 @@
 
 package tiers_test
 
-// The hostile-input suite (issue 11, item 14): the real binary over
-// mutual TLS, attacked the way the issue's tester attacked it. Every case
+// The hostile-input suite: the real binary over mutual TLS, attacked
+// the way a hostile tester would. Every case
 // asserts the answer and that nothing the agent keeps on disk changed
 // (a snapshot of the agent's whole folder: config, certificates,
 // base_path, base_cert_dir, interface files). The slow uploader's effect
@@ -565,7 +565,7 @@ except Exception as err:
 // A rotation to a chain no TLS client takes (300 copies of the
 // certificate: 172 KB of PEM, a Certificate message over OpenSSL's
 // 100 KiB) is refused, the old certificate stays in force, and the
-// controller's Python client still connects (issue 23, item 5). Without
+// controller's Python client still connects. Without
 // the check it was answered 202 and every handshake after it failed with
 // EXCESSIVE_MESSAGE_SIZE.
 func TestHostileCertificateChain(t *testing.T) {
@@ -611,7 +611,7 @@ func TestHostileCertificateChain(t *testing.T) {
 // secrets: /etc/shadow, the listeners' keys) is refused, and neither the
 // answer nor the agent's log quotes that file: keepalived -t names every
 // line it does not understand, and an included file's lines are keywords
-// to it (issue 23, item 10). Also when the include is assembled from
+// to it. Also when the include is assembled from
 // keepalived's parameter definitions, which no line-by-line look at the
 // upload sees. The uploads the controller sends are still accepted.
 func TestHostileKeepalivedInclude(t *testing.T) {
@@ -662,8 +662,7 @@ func TestHostileKeepalivedInclude(t *testing.T) {
 	}
 }
 
-// The status socket outlives a spell without file descriptors (issue 23,
-// item 3): the agent's limit is lowered to the three standard streams and
+// The status socket outlives a spell without file descriptors: the agent's limit is lowered to the three standard streams and
 // a `status` connection and an API connection arrive, so that both
 // accepts fail with EMFILE; once the limit is back, the waiting status
 // connection is answered, the socket is the same one, `status` says
@@ -729,8 +728,7 @@ func TestHostileStatusSocketSurvivesEMFILE(t *testing.T) {
 
 // `status` run by a user who may not open the agent's socket says that
 // the agent's state is unknown, and why, instead of taking the running
-// agent for a stopped one; it exits with status 4, not 3 (issue 23,
-// item 3).
+// agent for a stopped one; it exits with status 4, not 3.
 func TestHostileStatusWithoutPermission(t *testing.T) {
 	topo.RequireRoot(t) // to become nobody
 	const nobody = 65534
@@ -773,7 +771,7 @@ func TestHostileStatusWithoutPermission(t *testing.T) {
 	}
 }
 
-// One agent per state folder (issue 23, item 4). With agent A running a
+// One agent per state folder. With agent A running a
 // load balancer and sending heartbeats, agent B is started on the same
 // configuration, once as it is (the same port) and once with another
 // port: B exits with status 1 and one line naming the folder and A's pid;
@@ -957,7 +955,7 @@ func openFiles(pid int) []string {
 	return targets
 }
 
-// Bounds of the scrape floods (issue 23, item 1).
+// Bounds of the scrape floods.
 const (
 	// scrapeFloodThreads bounds the agent's OS threads during a flood;
 	// idle it has about 8.
@@ -1066,7 +1064,7 @@ func TestHostileScrapeFlood(t *testing.T) {
 }
 
 // exporterAnswerRSS bounds the agent's resident size while it reads a
-// bad exporter answer (issue 23, item 2).
+// bad exporter answer.
 const exporterAnswerRSS = 100 << 20
 
 // TestHostileExporterAnswer: HAProxy's exporter (a fake one in the

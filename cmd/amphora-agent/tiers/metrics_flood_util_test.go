@@ -26,8 +26,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/netns"
 )
 
-// Helpers of the metrics floods in the hostile suite (issue 23, items 1
-// and 2): an agent whose metrics endpoint is open in its namespace, fake
+// Helpers of the metrics floods in the hostile suite: an agent whose metrics endpoint is open in its namespace, fake
 // HAProxy exporters there, a flood client in a process of its own (its
 // sockets must not count against this process's open-files limit), and
 // the agent's threads, resident size and descriptors read from /proc.

@@ -239,7 +239,7 @@ func failingWrapper(t *testing.T, env *testenv.Env, name, real string) (path, fa
 	return path, fail
 }
 
-// The exit status of `status` for an agent alone (issue 25, item 5): 0
+// The exit status of `status` for an agent alone: 0
 // while it runs with its namespace, 1 once the namespace is gone, 3 once
 // the agent is stopped. The text says the same in its health section.
 func TestStatusExitNamespaceAndAgent(t *testing.T) {
@@ -269,8 +269,8 @@ func TestStatusExitNamespaceAndAgent(t *testing.T) {
 	}
 }
 
-// The exit status of `status` when a daemon the agent wants is down
-// (issue 25, item 5): HAProxy killed and failing to start again (the
+// The exit status of `status` when a daemon the agent wants is down:
+// HAProxy killed and failing to start again (the
 // agent respawning it with backoff) makes it 1, and 0 again once HAProxy
 // is back; the same for the VRRP keepalived.
 func TestStatusExitDaemonDown(t *testing.T) {

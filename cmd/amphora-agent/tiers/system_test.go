@@ -160,9 +160,8 @@ func TestCertificateRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := e.CA.Server("other")
-	// Certificates the controller could not connect through (issue 11,
-	// item 7): it checks the amphora id as host name and the validity
-	// (with its own clock: issue 22, item 2).
+	// Certificates the controller could not connect through: it checks
+	// the amphora id as host name and the validity (with its own clock).
 	expired, _ := e.CA.ServerValid(e.AmphoraID, []string{e.AmphoraID}, time.Now().Add(-30*24*time.Hour), time.Now().Add(-48*time.Hour))
 	for name, body := range map[string][]byte{
 		"certificate without key": next.CertPEM,
@@ -209,7 +208,7 @@ func TestCertificateRotation(t *testing.T) {
 // The controller stamps NotBefore with its own clock and uploads at once;
 // an amphora whose clock lags takes the rotation (202), serves the new
 // certificate to a controller whose clock is ahead, and starts again with
-// it on disk (issue 22, item 2).
+// it on disk.
 func TestCertificateRotationWithClockSkew(t *testing.T) {
 	e := testenv.New(t)
 	e.Start()

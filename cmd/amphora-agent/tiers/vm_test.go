@@ -662,7 +662,7 @@ func TestVMSingleAmphora(t *testing.T) {
 	}
 
 	// The operator's /etc/sysctl.d reaches the namespace, as upstream's
-	// amphora-netns unit loads it (issue 25, item 7): a key only the
+	// amphora-netns unit loads it: a key only the
 	// operator sets has the operator's value, and a key the agent requires
 	// has the agent's, which is applied after.
 	t.Run("operator-sysctl", func(t *testing.T) {
@@ -768,7 +768,7 @@ func TestVMSingleAmphora(t *testing.T) {
 	t.Run("udp-listener-changes", func(t *testing.T) { testUDPListenerChanges(t, a, n, ctl, specFile) })
 
 	// The unit's sandbox holds for the agent, HAProxy and keepalived, and
-	// rotation works under it (issue 25, item 6).
+	// rotation works under it.
 	t.Run("hardening", func(t *testing.T) { checkHardening(t, a) })
 
 	// HAProxy's output is in the journal under upstream's unit name, and
