@@ -153,7 +153,7 @@ func (s *scriptedSource) ShowStat(context.Context, string, *StatScratch) ([]stat
 	return s.rows, nil
 }
 
-// The reload race rule (issue requirement 5): a failed read is retried
+// The reload race rule: a failed read is retried
 // briefly; if it keeps failing, the last good reading stands in for that
 // one read only, never twice in a row, and never for an LB that stopped.
 func TestReadFallbackOnce(t *testing.T) {

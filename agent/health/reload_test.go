@@ -17,7 +17,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
-// The reload race (issue requirement 5) against a real HAProxy in
+// The reload race against a real HAProxy in
 // master-worker mode, laid out under base_path as the controller's config
 // would be: while the master is reloaded with SIGUSR2 back to back, every
 // heartbeat built reports all the LB's listeners.

@@ -43,7 +43,7 @@ const (
 	// growthApplyRuns applies per growth-table cell, after one untimed.
 	growthApplyRuns = 5
 	// growthBeats heartbeats are measured per growth-table cell;
-	// headlineBeats for the 1 × 10 × 250 figure of the issue.
+	// headlineBeats for the headline 1 × 10 × 250 figure.
 	growthBeats   = 4
 	headlineBeats = 20
 	// headlineWindows windows of headlineBeats are measured for that
