@@ -2,11 +2,11 @@ package keepalived
 
 import (
 	"context"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/agent/procgroup"
 	"github.com/amphora-agent/amphora-agent/agent/procwatch"
 )
 
@@ -66,13 +66,10 @@ func parseVersion(out []byte) (v version, ok bool) {
 // not hold a controller's reload.
 const versionTimeout = 5 * time.Second
 
-// VersionOutput runs cmd --version and returns what it printed.
+// VersionOutput runs cmd --version and returns what it printed, through
+// the one runner of short commands (its own process group, ended with it).
 func VersionOutput(ctx context.Context, cmd string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
-	c := exec.CommandContext(ctx, cmd, "--version")
-	c.Env = procwatch.CleanEnv()
-	// A wrapper's children may hold the pipe after it is killed.
-	c.WaitDelay = time.Second
-	return c.CombinedOutput()
+	return procgroup.Exec{Env: procwatch.CleanEnv()}.CombinedOutput(ctx, cmd, "--version")
 }
