@@ -70,7 +70,12 @@ func TestReloadRaceRealHAProxy(t *testing.T) {
 		t.Logf("warning: %s %v", e.Message, e.ContextMap())
 	}
 
-	// Stopped: the LB leaves the heartbeat at once, no cached stand-in.
+	// Stopped: the LB leaves the heartbeat at once, no cached stand-in. A
+	// read begun before the stop (a slow one under load) rightly reports
+	// the LB as it ran, so the stop waits for it.
+	if !s.readEnded(testLB, 20*time.Second) {
+		t.Fatal("a stats read still under way after 20 s")
+	}
 	hp.Stop()
 	s.Cycle(ctx)
 	if m := hm.next(5*time.Second, testKey); len(m.Listeners) != 0 {
