@@ -181,3 +181,37 @@ func TestSupervisorReloadPastTheOperationTimeIsFollowed(t *testing.T) {
 		t.Fatalf("stored config after the slow reload: %s", cfg)
 	}
 }
+
+// A reload signal the master never takes (HAProxy can lose one that lands
+// as it finishes re-executing; dropped here) is sent again once the master
+// answers with its old reload count: the new config serves within the
+// reload's own wait, not never.
+func TestSupervisorReloadSignalLostIsSentAgain(t *testing.T) {
+	sup, st, port := realSupervisor(t)
+	logs := observed(t, sup)
+	startGen1(t, sup, st, port)
+	var dropped atomic.Int32
+	sup.kill = func(pid int, sig syscall.Signal) error {
+		if sig == syscall.SIGUSR2 && dropped.CompareAndSwap(0, 1) {
+			return nil
+		}
+		return syscall.Kill(pid, sig)
+	}
+	ctx := context.Background()
+	if err := st.Upload(ctx, "AMP1", "lb1", testConfig(st, port, "gen2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.Reload(ctx, "lb1"); err != nil {
+		t.Fatal(err)
+	}
+	if dropped.Load() != 1 {
+		t.Fatal("the reload sent no signal")
+	}
+	if logs.FilterMessage("HAProxy is still loading the new configuration; answering now and following it").Len() != 0 {
+		t.Fatal("the reload waited out ReloadWait for a signal the master never had")
+	}
+	if logs.FilterMessage("the HAProxy master did not take the reload signal; signalling it again").Len() != 1 {
+		t.Fatal("the lost signal was not sent again")
+	}
+	waitAnswer(t, port, "gen2")
+}

@@ -61,6 +61,12 @@ const (
 	reloadPoll = time.Millisecond
 	// restoreParallel is how many load balancers Restore starts at once.
 	restoreParallel = 4
+	// resignalAfter: a master that answers its CLI this long after the
+	// reload signal, still counting the reloads it counted before, did not
+	// take the signal (one that lands as the master finishes re-executing
+	// can be lost), so it is signalled again. A master that took it does
+	// not answer until it has re-executed, however slow its load.
+	resignalAfter = 2 * time.Second
 )
 
 // DefaultConfirmAfter is how long a newly loaded config must keep HAProxy
@@ -122,6 +128,10 @@ type Supervisor struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+
+	// kill sends a signal to a master (syscall.Kill): a test drops one
+	// to play a signal HAProxy lost.
+	kill func(pid int, sig syscall.Signal) error
 }
 
 // NewSupervisor returns a Supervisor; call Restore to pick up existing
@@ -148,7 +158,7 @@ func NewSupervisor(o SupervisorOptions) *Supervisor {
 	if o.OperationTimeout <= 0 {
 		o.OperationTimeout = DefaultOperationTimeout
 	}
-	return &Supervisor{opts: o, log: o.Log, lbs: map[string]*instance{}, done: make(chan struct{})}
+	return &Supervisor{opts: o, log: o.Log, lbs: map[string]*instance{}, done: make(chan struct{}), kill: syscall.Kill}
 }
 
 // Close stops supervising. HAProxy processes keep running; the next agent
@@ -511,7 +521,7 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 		in.loads++
 		in.log().Warn("HAProxy is still loading the new configuration; answering now and following it",
 			zap.Duration("waited", time.Since(signalled).Round(time.Millisecond)))
-		go in.followSlowReload(proc, before, in.loads, offset)
+		go in.followSlowReload(proc, before, signalled, in.loads, offset)
 		return false, nil
 	}
 	output := in.output(offset, err)
@@ -569,12 +579,12 @@ func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Proces
 	if err != nil {
 		return 0, fmt.Errorf("master CLI before reload: %w", err)
 	}
-	if err := syscall.Kill(proc.Pid, syscall.SIGUSR2); err != nil {
+	if err := in.s.kill(proc.Pid, syscall.SIGUSR2); err != nil {
 		return 0, fmt.Errorf("signalling the master: %w", err)
 	}
 	wait, cancel := context.WithTimeout(ctx, in.s.opts.ReloadWait)
 	defer cancel()
-	worker, err := in.awaitWorker(wait, proc, before, reloadPoll)
+	worker, err := in.awaitWorker(wait, proc, before, time.Now(), reloadPoll)
 	// The wait may also end with the whole operation's time, when the
 	// config check before the signal was slow (a busy amphora): a master
 	// still loading then is as slow, not failed.
@@ -588,10 +598,11 @@ func (in *instance) signalReloadFrom(ctx context.Context, proc *procwatch.Proces
 // nor reported a failed load within ReloadWait.
 var errStillLoading = errors.New("HAProxy is still loading the new configuration")
 
-// awaitWorker polls the master every poll until it lists a worker it did
-// not list before (its pid returned), reports a failed load, dies, or ctx
-// ends.
-func (in *instance) awaitWorker(ctx context.Context, proc *procwatch.Process, before stats.Proc, poll time.Duration) (int, error) {
+// awaitWorker polls the master, signalled for a reload at sent, every poll
+// until it lists a worker it did not list before (its pid returned),
+// reports a failed load, dies, or ctx ends. A master that shows it did not
+// take the signal is signalled again (see resignalAfter).
+func (in *instance) awaitWorker(ctx context.Context, proc *procwatch.Process, before stats.Proc, sent time.Time, poll time.Duration) (int, error) {
 	sock := in.s.layout().MasterSocketPath(in.lb)
 	old := map[int]bool{}
 	for _, w := range before.Workers {
@@ -612,6 +623,13 @@ func (in *instance) awaitWorker(ctx context.Context, proc *procwatch.Process, be
 					return w, nil
 				}
 			}
+			if now.Reloads == before.Reloads && time.Since(sent) >= resignalAfter {
+				in.log().Warn("the HAProxy master did not take the reload signal; signalling it again",
+					zap.Int("pid", proc.Pid), zap.Duration("after", time.Since(sent).Round(time.Millisecond)))
+				if err := in.s.kill(proc.Pid, syscall.SIGUSR2); err == nil {
+					sent = time.Now()
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -628,7 +646,7 @@ func (in *instance) awaitWorker(ctx context.Context, proc *procwatch.Process, be
 // finishes is logged and left alone (it still serves with its old
 // workers). Nothing is done once a later change (gen) or another master
 // took over.
-func (in *instance) followSlowReload(proc *procwatch.Process, before stats.Proc, gen uint64, offset int64) {
+func (in *instance) followSlowReload(proc *procwatch.Process, before stats.Proc, signalled time.Time, gen uint64, offset int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), slowReloadLimit)
 	defer cancel()
 	go func() {
@@ -639,7 +657,7 @@ func (in *instance) followSlowReload(proc *procwatch.Process, before stats.Proc,
 		}
 	}()
 	start := time.Now()
-	worker, err := in.awaitWorker(ctx, proc, before, 100*time.Millisecond)
+	worker, err := in.awaitWorker(ctx, proc, before, signalled, 100*time.Millisecond)
 	if !proc.Alive() || in.closed() {
 		return
 	}

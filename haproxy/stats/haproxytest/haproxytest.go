@@ -182,10 +182,18 @@ func (p *Process) TryReload() (int, error) {
 	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		return 0, err
 	}
+	sent := time.Now()
 	var now stats.Proc
 	err = p.wait(15*time.Second, "the reload", func() bool {
 		var err error
 		now, err = p.ShowProc()
+		if err == nil && now.Reloads == before.Reloads && time.Since(sent) > 2*time.Second {
+			// The master answers between reloads only: it did not take
+			// the signal (the agent's supervisor signals it again too).
+			p.t.Logf("haproxy master %d did not take SIGUSR2 in %v; sending it again", p.Pid(), time.Since(sent).Round(time.Millisecond))
+			p.cmd.Process.Signal(syscall.SIGUSR2)
+			sent = time.Now()
+		}
 		return err == nil && now.Reloads > before.Reloads && len(now.Workers) > 0
 	})
 	return now.Reloads, err
