@@ -38,18 +38,19 @@ const takeoverLimit = 15 * time.Second
 // TCG on a shared machine; a load balancer failover boots two in turn.
 const failoverBuild = 15 * time.Minute
 
-// steady is HTTP and UDP traffic through the VIP from the controller's
-// namespace (the client side of the VIP network): one request and one
-// datagram every 100 ms, the request given up after 10 s and the
-// datagram after 1 s, for at most an hour; and which amphora the clients
+// steady is HTTP, UDP and SCTP traffic through the VIP from the
+// controller's namespace (the client side of the VIP network): one
+// request, one datagram and one SCTP message every 100 ms, the request
+// given up after 10 s, the datagram and the message after 1 s, for at
+// most an hour; and which amphora the clients
 // send the VIP's packets to. An answer slower than a second is counted
 // apart, not as a failure: on an emulated CPU shared by three VMs a
 // reloading amphora's answers took 3 s and more. Asks do not wait for
 // each other (cloud.StartTraffic), so an outage still ends with the
 // first answer after it.
 type steady struct {
-	http, udp *cloud.Traffic
-	vip       *vipWatch
+	http, udp, sctp *cloud.Traffic
+	vip             *vipWatch
 }
 
 // vipMove is a change of the VIP's link-layer address in the clients'
@@ -161,22 +162,32 @@ func (s *scene) startSteady(t *testing.T) *steady {
 			}
 			return err
 		}, every, limit),
-		udp: cloud.StartTraffic(func() error {
-			got, err := s.cp.NS.UDPAsk(net.JoinHostPort(s.lb.VIPAddress, fmt.Sprint(sceneUDP)), []byte("ping"), time.Second)
-			if err == nil && !strings.HasPrefix(got, "udp-member-") {
-				err = fmt.Errorf("answered %q", got)
-			}
-			return err
-		}, every, limit),
-		vip: s.watchVIP(),
+		udp:  cloud.StartTraffic(echoAsk(s.cp.NS.UDPAsk, s.lb.VIPAddress, sceneUDP, "udp-member-"), every, limit),
+		sctp: cloud.StartTraffic(echoAsk(s.cp.NS.SCTPAsk, s.lb.VIPAddress, sceneSCTP, "sctp-member-"), every, limit),
+		vip:  s.watchVIP(),
 	}
 	t.Cleanup(st.stop)
 	return st
 }
 
+// echoAsk is one ask of a member's echo through the VIP with ask (UDP or
+// SCTP), given up after a second; an answer from anything but a member
+// named with prefix fails it.
+func echoAsk(ask func(string, []byte, time.Duration) (string, error), vip string, port int, prefix string) func() error {
+	addr := net.JoinHostPort(vip, fmt.Sprint(port))
+	return func() error {
+		got, err := ask(addr, []byte("ping"), time.Second)
+		if err == nil && !strings.HasPrefix(got, prefix) {
+			err = fmt.Errorf("answered %q", got)
+		}
+		return err
+	}
+}
+
 func (st *steady) stop() {
 	st.http.Stop()
 	st.udp.Stop()
+	st.sctp.Stop()
 	st.vip.end()
 }
 
@@ -261,9 +272,9 @@ func (s *scene) operatorFailover(t *testing.T, tr *steady, what string, gone []a
 		time.Duration(len(gone))*failoverBuild)
 	took := time.Since(from)
 	holder := s.checkPair(t, old, now, gone)
-	h, u, moves := tr.http.Since(from), tr.udp.Since(from), tr.vip.since(from)
-	t.Logf("%s → ACTIVE in %.1fs (PENDING_UPDATE seen %v); VIP on the %s; HTTP: %v; UDP: %v; the VIP moved %d times: %v",
-		what, took.Seconds(), !busy.IsZero(), holder.Role, h, u, len(moves), moves)
+	h, u, sc, moves := tr.http.Since(from), tr.udp.Since(from), tr.sctp.Since(from), tr.vip.since(from)
+	t.Logf("%s → ACTIVE in %.1fs (PENDING_UPDATE seen %v); VIP on the %s; HTTP: %v; UDP: %v; SCTP: %v; the VIP moved %d times: %v",
+		what, took.Seconds(), !busy.IsZero(), holder.Role, h, u, sc, len(moves), moves)
 	if failed := flowFailures(worker, before); failed != "" {
 		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
 	}
@@ -318,7 +329,7 @@ func (s *scene) operatorFailovers(t *testing.T) {
 		s.cli(t, "loadbalancer", "failover", s.lb.ID)
 	})
 	tr.stop()
-	t.Logf("all the operator failovers: HTTP %v; UDP %v", tr.http.Since(time.Time{}), tr.udp.Since(time.Time{}))
+	t.Logf("all the operator failovers: HTTP %v; UDP %v; SCTP %v", tr.http.Since(time.Time{}), tr.udp.Since(time.Time{}), tr.sctp.Since(time.Time{}))
 }
 
 // powerLoss cuts the power of the amphora dead under steady traffic:
@@ -349,14 +360,14 @@ func (s *scene) powerLoss(t *testing.T, tr *steady, what string, dead apiAmphora
 	now, busy := s.waitReplaced(t, what+": the health manager's failover ACTIVE", old, 1, failoverBuild)
 	took := time.Since(off)
 	newHolder := s.checkPair(t, old, now, []apiAmphora{dead})
-	h, u, moves := tr.http.Since(off), tr.udp.Since(off), tr.vip.since(off)
+	h, u, sc, moves := tr.http.Since(off), tr.udp.Since(off), tr.sctp.Since(off), tr.vip.since(off)
 	began := "never seen"
 	if !busy.IsZero() {
 		began = fmt.Sprintf("%.1fs", busy.Sub(off).Seconds())
 	}
 	t.Logf("%s: failover began %s after the power-off (heartbeat_timeout %v), ACTIVE after %.1fs; VIP on the %s; "+
-		"HTTP: %v, %d failed after it came back; UDP: %v; the VIP moved %d times: %v", what, began, asHeartbeatTimeout,
-		took.Seconds(), newHolder.Role, h, h.FailedAfter(), u, len(moves), moves)
+		"HTTP: %v, %d failed after it came back; UDP: %v; SCTP: %v; the VIP moved %d times: %v", what, began, asHeartbeatTimeout,
+		took.Seconds(), newHolder.Role, h, h.FailedAfter(), u, sc, len(moves), moves)
 	if failed := flowFailures(worker, before); failed != "" {
 		t.Errorf("%s: the worker's flow failed:\n%s", what, failed)
 	}
@@ -388,5 +399,5 @@ func (s *scene) masterDies(t *testing.T) {
 		t.Errorf("the second power loss replaced %+v, want %s", r, other.ID)
 	}
 	tr.stop()
-	t.Logf("both power losses: HTTP %v; UDP %v", tr.http.Since(time.Time{}), tr.udp.Since(time.Time{}))
+	t.Logf("both power losses: HTTP %v; UDP %v; SCTP %v", tr.http.Since(time.Time{}), tr.udp.Since(time.Time{}), tr.sctp.Since(time.Time{}))
 }

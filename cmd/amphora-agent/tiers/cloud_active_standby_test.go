@@ -25,13 +25,14 @@ const heartbeatFresh = 30 * time.Second
 // control plane: ACTIVE and ONLINE, two amphorae MASTER and BACKUP whose
 // VRRP ports sit on the VIP bridge, exactly one VM holding the VIP (the
 // two keepalived instances agree over VRRP), an HTTP listener with an
-// HTTP monitor and a UDP listener with a UDP-CONNECT monitor serving
-// through the VIP, and both amphorae's heartbeats keeping their
-// amphora_health rows fresh. Then, under steady HTTP and UDP traffic
-// through the VIP, an operator's amphora failover and load balancer
-// failover (OperatorFailovers), and the VIP holder's power loss, the
-// health manager's failover, and the other original amphora's power
-// loss (MasterDies); the cascade delete removes every VM.
+// HTTP monitor, a UDP listener with a UDP-CONNECT monitor and an SCTP
+// listener with an SCTP monitor serving through the VIP, and both
+// amphorae's heartbeats keeping their amphora_health rows fresh. Then,
+// under steady HTTP, UDP and SCTP traffic through the VIP, an operator's
+// amphora failover and load balancer failover (OperatorFailovers), and
+// the VIP holder's power loss, the health manager's failover, and the
+// other original amphora's power loss (MasterDies); the cascade delete
+// removes every VM.
 func TestCloudActiveStandby(t *testing.T) {
 	// Seven VM boots over the test's life (20-30 minutes) do not fit
 	// make test's budget.
@@ -95,7 +96,7 @@ func TestCloudActiveStandby(t *testing.T) {
 	}
 	checkHeartbeats(t, s, amps)
 
-	s.serveMembers(t, []string{sceneMember1, sceneMember2}, 2, false)
+	s.serveMembers(t, []string{sceneMember1, sceneMember2}, 2, true)
 	var holder apiAmphora
 	if !t.Run("HTTP", func(t *testing.T) {
 		// Checks that tolerate a stalled amphora: with one failure
@@ -112,6 +113,7 @@ func TestCloudActiveStandby(t *testing.T) {
 		t.FailNow()
 	}
 	t.Run("UDP", func(t *testing.T) { s.lvsListener(t, "UDP", sceneUDP, "UDP-CONNECT", s.udpAsk) })
+	t.Run("SCTP", func(t *testing.T) { s.lvsListener(t, "SCTP", sceneSCTP, "SCTP", s.sctpAsk) })
 
 	// Both amphorae got every change: the listeners' configs on both VMs,
 	// still one VIP holder, the same one, and both still beating.
