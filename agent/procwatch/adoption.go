@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 )
 
 // Pacing of the health check of an adopted process.
@@ -83,4 +85,63 @@ func (d *Daemon) checkAdopted(proc *Process) {
 
 func silentFor(since time.Time) zap.Field {
 	return zap.Duration("silent_for", time.Since(since).Round(time.Millisecond))
+}
+
+// Adopt takes over the process an earlier agent left running, if
+// the pid file names one of ours; it reports whether one runs now.
+//
+// Such a process is adopted whatever state it is in: it may be serving
+// while too busy (or stopped) to answer, and refusing it would make the
+// next start end it with every connection it holds. Upstream never
+// touches its daemons when its agent restarts. Whether it answers is
+// asked afterwards, in the background (Spec.Healthy), and only logged.
+func (h *Held) Adopt() bool {
+	d := h.d
+	if d.proc.Alive() {
+		return true
+	}
+	pid, err := pidfile.Read(d.spec.PidPath)
+	if err != nil || !d.ours(pid) {
+		return false
+	}
+	d.proc = WatchAdopted(pid, d.done)
+	d.spec.Log.Info("adopted running "+d.spec.Name, zap.Int("pid", pid))
+	d.follow(d.proc)
+	if d.spec.Healthy != nil {
+		go d.checkAdopted(d.proc)
+	}
+	return true
+}
+
+func (d *Daemon) ours(pid int) bool {
+	args, err := Cmdline(d.spec.ProcDir, pid)
+	return err == nil && d.spec.Ours(args)
+}
+
+// Restore brings the daemon back to its recorded desired state
+// after an agent restart or a reboot: a process still running is adopted
+// (and recorded as wanted: one that runs is never cut off), one that
+// should run but does not is started with start. A failed start stays
+// under supervision and is retried.
+func (h *Held) Restore(ctx context.Context, start func(context.Context) error) error {
+	d := h.d
+	running, _, err := d.ReadDesired()
+	if err != nil {
+		d.spec.Log.Warn("unreadable state record", zap.Error(err))
+	}
+	d.desired = running
+	if h.Adopt() {
+		if !running {
+			return h.SetDesired(true)
+		}
+		return nil
+	}
+	if !running {
+		return nil
+	}
+	if err := start(ctx); err != nil {
+		h.Retry(err)
+		return err
+	}
+	return nil
 }
