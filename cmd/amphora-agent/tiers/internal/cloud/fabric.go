@@ -13,7 +13,8 @@ import (
 // (networks, subnets, ports with MACs and addresses) and of Nova (servers
 // with their ports and config-drive files). Octavia reaches it through
 // the project's Python drivers (drivers/amphora_test_cloud), which call
-// the handlers in fabric_http.go; what really boots a server is the
+// the handlers fabric_http.go lists (fabric_compute.go for Nova,
+// fabric_network.go for Neutron); what really boots a server is the
 // Hypervisor, so all lifetimes stay in Go.
 type Fabric struct {
 	mu         sync.Mutex
