@@ -60,6 +60,7 @@ func exchangeOnce(ctx context.Context, path string, deadline time.Time, req []by
 		return classify(ctx, err)
 	}
 	defer conn.close()
+	conn.opened = time.Now()
 	if known {
 		conn.watch(path, file)
 	}
@@ -75,6 +76,9 @@ func exchangeOnce(ctx context.Context, path string, deadline time.Time, req []by
 	_, err = answer.ReadFrom(io.LimitReader(conn, limit))
 	if err == errReplaced {
 		return err
+	}
+	if errors.Is(err, errTimeout) {
+		err = conn.timedOut(err)
 	}
 	if err == nil {
 		// A cancelled read ends as if the peer had closed.

@@ -120,7 +120,7 @@ func (s *sock) readPaced(p []byte) (int, error) {
 		case n == 0:
 			return 0, io.EOF
 		}
-		s.started = true
+		s.arrived(int(n))
 		return int(n), nil
 	}
 }

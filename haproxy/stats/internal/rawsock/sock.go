@@ -2,6 +2,7 @@ package rawsock
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -25,6 +26,12 @@ type sock struct {
 	closed bool
 
 	started bool // the answer has begun
+
+	// What has come so far, for the error of an answer that did not end
+	// in time: a stalled HAProxy and a slow trickle differ.
+	opened time.Time
+	got    int64
+	lastAt time.Time
 
 	// The socket file connected to, looked at until the answer begins
 	// (see watch); path is empty when it is not.
@@ -142,10 +149,26 @@ func (s *sock) Read(p []byte) (int, error) {
 			continue
 		}
 		if n > 0 {
-			s.started = true
+			s.arrived(n)
 		}
 		return n, err
 	}
+}
+
+// arrived counts n bytes of the answer read now.
+func (s *sock) arrived(n int) {
+	s.started = true
+	s.got += int64(n)
+	s.lastAt = time.Now()
+}
+
+// timedOut adds to a time-out what had come of the answer by then.
+func (s *sock) timedOut(err error) error {
+	if s.got == 0 {
+		return fmt.Errorf("%w: no answer in %v", err, time.Since(s.opened).Round(time.Millisecond))
+	}
+	return fmt.Errorf("%w: %d bytes of the answer in %v, the last %v ago", err, s.got,
+		time.Since(s.opened).Round(time.Millisecond), time.Since(s.lastAt).Round(time.Millisecond))
 }
 
 // recv is one blocking recvfrom: io.EOF when HAProxy closed, errTimeout
