@@ -156,7 +156,7 @@ func New(o Options) *Agent {
 	}
 	if o.HAProxyRunner == nil {
 		// The uploaded config, lua-load scripts included, is validated
-		// without root (README: Least privilege).
+		// without root (package haproxy: Least privilege).
 		sb, err := haproxy.NewCheckSandbox(cfg.BaseCertDir, cfg.BasePath)
 		if err != nil {
 			a.log.Warn("haproxy -c runs as root", zap.Error(err))
