@@ -1,6 +1,3 @@
-// Package agent is the amphora agent itself: it owns the live
-// configuration, the one lock that serializes mutations, and the operations
-// the API exposes. It knows nothing of HTTP.
 package agent
 
 import (
