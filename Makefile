@@ -1,4 +1,4 @@
-# amphora-agent — see README.md.
+# amphora-agent — see README.md; the tiers: cmd/amphora-agent/tiers/README.md.
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -22,7 +22,8 @@ CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
 
-# bin/amphora-agent_<version>_amd64.deb for Debian bookworm; see README.md.
+# bin/amphora-agent_<version>_amd64.deb for Debian bookworm; see
+# cmd/amphora-agent/packaging/README.md.
 deb: build
 	cmd/amphora-agent/packaging/deb/build.sh $(BIN) '$(VERSION)' bin
 
@@ -79,7 +80,7 @@ test-system: build
 
 # The whole job on this machine, told step by step (root): the test
 # TestDemo plays the controller and the health manager against the real
-# agent (see README.md, "The demo").
+# agent (see cmd/amphora-agent/tiers/README.md, "The demo").
 demo: build
 	@if [ "$$(id -u)" != 0 ]; then echo "demo: needs root (it makes network namespaces)"; exit 1; fi
 	@set -o pipefail; AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -timeout 2m -run '^TestDemo$$' -v ./cmd/amphora-agent/tiers/ 2>&1 | grep -v '^=== RUN'
@@ -89,7 +90,8 @@ test-interop: build
 
 # Octavia's own control plane (Debian's API, worker, health manager and
 # housekeeping with MariaDB and RabbitMQ) drives the cloud through the
-# project's compute and network drivers (README.md, "The cloud tier").
+# project's compute and network drivers (cmd/amphora-agent/tiers/README.md,
+# "Cloud").
 # make test runs it after the VM tier (whose image it boots). CLOUD_RUN
 # picks tests (a -run pattern). The amphora VMs get the package built
 # here (deb) on the VM tier's image.
@@ -176,7 +178,7 @@ fuzz:
 # The agent against real HAProxy and keepalived for SOAK (default 20m, not
 # part of make test, needs root): 1 s heartbeats, a loop of controller
 # calls, a line of figures a minute, their slopes at the end (TestSoak,
-# cmd/amphora-agent/tiers/soak_system_test.go; see README.md, "Soak"). Go
+# cmd/amphora-agent/tiers/soak_system_test.go; see the tiers README, "Soak"). Go
 # durations add up when written one after the other, so the timeout
 # "$(SOAK)10m" is SOAK plus 10 minutes for set-up and clean-up.
 SOAK ?= 20m

@@ -1,6 +1,3 @@
-// Package agent is the amphora agent itself: it owns the live
-// configuration, the one lock that serializes mutations, and the operations
-// the API exposes. It knows nothing of HTTP.
 package agent
 
 import (
@@ -156,7 +153,7 @@ func New(o Options) *Agent {
 	}
 	if o.HAProxyRunner == nil {
 		// The uploaded config, lua-load scripts included, is validated
-		// without root (README: Least privilege).
+		// without root (package haproxy: Least privilege).
 		sb, err := haproxy.NewCheckSandbox(cfg.BaseCertDir, cfg.BasePath)
 		if err != nil {
 			a.log.Warn("haproxy -c runs as root", zap.Error(err))

@@ -1,7 +1,3 @@
-// Package certs owns the agent's TLS material: the mutual-TLS server
-// configuration (client certificate required, server certificate re-read
-// from disk so rotation needs no restart) and validation of rotated
-// certificates.
 package certs
 
 import (

@@ -1,6 +1,3 @@
-// Package haproxy runs the load balancers: the per-LB files on disk, config
-// validation, supervision of the HAProxy master, reloads and the stats
-// socket.
 package haproxy
 
 import (

@@ -1,5 +1,3 @@
-// Package keepalived runs keepalived: the VRRP instance of ACTIVE_STANDBY
-// amphorae and one LVS instance per UDP/SCTP listener.
 package keepalived
 
 import (

@@ -13,7 +13,7 @@ import (
 )
 
 // Member statuses of LVS pools, as the health manager reads them
-// (health-and-config §2.6, §2.8).
+// (agent/health/README.md, "UDP and SCTP listeners").
 const (
 	MemberUp         = "UP"
 	MemberDown       = "DOWN"
@@ -163,7 +163,7 @@ type LVSMemberState struct {
 
 // LVSStates reads every running LVS listener that is not disabled and
 // what the kernel's IPVS table (read once, and only when a listener has
-// a virtual server) says about it, as health-and-config §2.6 lays out:
+// a virtual server) says about it, as agent/health/README.md lays out:
 // the heartbeat's statuses, and the counters of each virtual service and
 // real server keyed by listener, pool and member ids (for metrics).
 // A listener whose files cannot be read is left out and named in the

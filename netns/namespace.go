@@ -1,15 +1,3 @@
-// Package netns owns the load balancer's network namespace: creating it,
-// moving hot-plugged NICs into it by MAC, configuring them from the
-// interface files (the contract upstream's amphora-interface tool reads),
-// the VIP nftables rules, looking up which interface holds an address, and
-// address advertisements (gratuitous ARP, unsolicited neighbour
-// advertisements).
-//
-// Netlink work uses handles opened in the namespace. The few things that
-// must run on a thread inside the namespace (creating it, sysctls, packet
-// sockets) run on a dedicated OS thread that is thrown away afterwards, so
-// no goroutine ever continues in the wrong namespace; a Dialer keeps one
-// such thread, which only makes sockets, for as long as it is open.
 package netns
 
 import (

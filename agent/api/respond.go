@@ -1,6 +1,3 @@
-// Package api is the agent's REST surface as the Octavia controller calls
-// it: routing, middleware, thin handlers, and the single place where errors
-// become status codes and JSON bodies.
 package api
 
 import (

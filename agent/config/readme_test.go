@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// TestREADMEListsEveryOption keeps the README's option table true.
+// TestREADMEListsEveryOption keeps the option table of this package's
+// README.md true: every option the agent reads has its row there.
 func TestREADMEListsEveryOption(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -16,7 +17,7 @@ func TestREADMEListsEveryOption(t *testing.T) {
 	for _, o := range Options() {
 		row := "| `[" + o.Section + "]` | `" + o.Key + "` |"
 		if !strings.Contains(readme, row) {
-			t.Errorf("README.md has no row for [%s] %s", o.Section, o.Key)
+			t.Errorf("agent/config/README.md has no row for [%s] %s", o.Section, o.Key)
 		}
 	}
 }

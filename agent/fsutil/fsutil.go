@@ -1,6 +1,18 @@
 // Package fsutil has the one way the agent writes files: atomically and
 // durably, so a crash or power loss leaves either the old or the new file,
 // never a torn one. It also lists the folders the agent keeps its state in.
+//
+// A write is a temp file, fsync, rename, and an fsync of the directory.
+// Files that are renamed again later or regenerated take fewer fsyncs
+// (Write's durability). Two files are atomic but not fsync'd, because power
+// loss makes them moot: HAProxy's servers-state (saved again before every
+// reload of a config that loads it; HAProxy starts from the config's states
+// without it) and the heartbeat's stats_counters.json (after power loss
+// HAProxy's counters restart from zero, which the deltas treat as a reset
+// whatever the file holds). An upload costs two fsyncs (the config's data,
+// while HAProxy checks it, then its folder after the rename; the load
+// balancer's record is rewritten only when the amphora id changes), and
+// making a config the last good one two more.
 package fsutil
 
 import (

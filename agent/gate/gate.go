@@ -1,14 +1,3 @@
-// Package gate is the agent's front door: it accepts TCP connections,
-// completes their TLS handshakes with a deadline, and hands the HTTP server
-// only connections whose mutual-TLS handshake succeeded.
-//
-// net/http would start a goroutine with TLS buffers for every accepted
-// connection and keep it until its handshake timeout, so a few thousand idle
-// or slow connections cost tens of megabytes and, with a plain connection
-// cap, would make a controller queue behind them. Here the accept loop never
-// waits: handshakes in progress are bounded, and beyond the bound the oldest
-// one is dropped, so a new client always gets its turn while a flood only
-// displaces itself.
 package gate
 
 import (

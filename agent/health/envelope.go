@@ -32,7 +32,7 @@ const (
 // ZlibLevel is the level of the deflate writer inside the zlib stream
 // (upstream: Python's zlib at level 9, which any receiver's inflater reads
 // alike). Level 1 fits more members in a datagram for a fraction of the
-// CPU (figures in README, Benchmarks).
+// CPU (figures in docs/results.md).
 const ZlibLevel = 1
 
 // Encoder wraps messages, reusing its buffers and compressors between

@@ -21,7 +21,8 @@ const MaxLVSStandIn = 30 * time.Second
 // KernelLVS is the LVSSource of an amphora: the listeners whose keepalived
 // runs, matched against the kernel's IPVS table (read once per heartbeat,
 // and only while a listener has a virtual server), as
-// keepalived.LVSLayout.LVSStates lays out (health-and-config §2.6).
+// keepalived.LVSLayout.LVSStates lays out (agent/health/README.md, "UDP
+// and SCTP listeners").
 //
 // While Busy says the agent itself is starting, restarting or restoring a
 // listener's keepalived, a listener that was in the previous reading is

@@ -1,7 +1,3 @@
-// Package health builds and sends the heartbeats the Octavia health
-// manager (HM) reads: the version 3 status message, its envelope (zlib and
-// a hex HMAC-SHA256), the counter deltas persisted across restarts, and the
-// UDP sender loop. The wire contract is health-and-config.md §1-3.
 package health
 
 import (

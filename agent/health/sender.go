@@ -246,7 +246,7 @@ func (s *Sender) Cycle(ctx context.Context) {
 }
 
 // build reads every running LB and the LVS listeners and assembles the
-// message (health-and-config §2.7).
+// message (agent/health/README.md, "The message").
 func (s *Sender) build(ctx context.Context, cfg *config.Config) (Message, counts) {
 	lbs, err := s.haproxy.LoadBalancers()
 	if err != nil {

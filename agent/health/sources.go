@@ -85,8 +85,8 @@ func (s LayoutSource) ShowStat(ctx context.Context, lb string, sc *StatScratch) 
 // LVSSource reports the LVS (UDP and SCTP) listeners that keepalived runs:
 // every running listener not marked disabled, status OPEN, with absolute
 // counters from IPVS, and its pool keyed by the bare pool id
-// (health-and-config §2.6). A partial reading may come with an error; both
-// are used.
+// (agent/health/README.md, "UDP and SCTP listeners"). A partial reading
+// may come with an error; both are used.
 type LVSSource interface {
 	LVS(ctx context.Context) (Reading, error)
 }

@@ -5,6 +5,43 @@
 // operator looks for. Nothing here ever blocks the caller: lines go
 // through a bounded queue to a sender of their own, and are dropped
 // (and counted) when the journal does not keep up.
+//
+// The agent forwards only under systemd (a journal listens on
+// /run/systemd/journal/socket when the agent starts); elsewhere the output
+// files are all there is. The daemons write their output files in every
+// case: the files must outlive the agent (a daemon left writing into a
+// pipe the agent held would die of SIGPIPE when the agent restarts and
+// adopts it), and an error answer to the controller quotes them. Lines go
+// to the journal by its native protocol, one entry per line, with the
+// identifier (SYSLOG_IDENTIFIER) the agent gives each daemon:
+// haproxy-<lb>, octavia-keepalived, octavia-keepalivedlvs-<id>.
+//
+//   - The file is read every second, and before a start the previous run's
+//     file is moved to .1, so a crash's last words are sent too; when the
+//     size cap empties a file it is read again from the start.
+//   - On start-up forwarding begins at the end of each file: what an
+//     earlier agent forwarded is not sent twice; what a daemon wrote while
+//     no agent ran (or in about the last second before an agent stopped)
+//     stays in the file only.
+//   - A line longer than 4 KiB is sent in pieces, an unfinished last line
+//     once the file moves away or the agent stops.
+//   - Supervision is never held up (forwarding runs beside it and never
+//     waits for the journal): lines wait in a queue of 256 per daemon (at
+//     most 1 MiB) and, when the journal does not keep up, are dropped,
+//     counted and reported in a line saying how many.
+//   - HAProxy's lines carry the priority of their level ([ALERT] err,
+//     [WARNING] warning, [NOTICE] notice).
+//
+// keepalived logs to syslog itself, with the facility
+// LOG_LOCAL<administrative_log_facility> that the amphora's log offloading
+// forwards; the journal collects those records as Keepalived (the parent),
+// Keepalived_vrrp and Keepalived_healthcheckers, identifiers every
+// keepalived of the amphora shares. Its output file holds the same records
+// (it runs with --log-console, which is where the VRRP role and error
+// answers come from), so only the lines of that file that are not log
+// records are forwarded (a record starts with keepalived's date, "Mon Nov
+// 30 16:09:07 2026: "): a bad option, a crash. Each line reaches the
+// journal once.
 package journalfwd
 
 import (

@@ -3,6 +3,15 @@
 // pages mapped after a burst of requests. A trim is two collections (a
 // sync.Pool survives one) and debug.FreeOSMemory; it costs a millisecond
 // or two, so it runs only after a quiet moment when enough would return.
+//
+// Go keeps freed heap mapped up to its heap goal (never below 4 MiB), so
+// after a burst of controller requests or scrapes an idle agent would go
+// on holding memory it no longer uses. The agent touches the Trimmer on
+// every API request, every answer of the metrics endpoint and at the end
+// of the restore: a trim is tried DefaultQuiet after the last touch, and
+// DefaultEvery without any, each time only when at least DefaultMinimum
+// would come back. With debug logging each trim is logged as "returned
+// freed memory".
 package memtrim
 
 import (

@@ -1,9 +1,3 @@
-// Package metrics is the metrics endpoint of PROMETHEUS listeners. The
-// controller's HAProxy config binds HAProxy's exporter on 127.0.0.1:9101
-// inside the namespace and sends tenants' scrapes to 127.0.0.1:9102 there,
-// where upstream's image runs prometheus-proxy; the agent serves that
-// address itself. Each page is HAProxy's translated (package promex) plus
-// the UDP and SCTP listeners' IPVS counters (lvs.go).
 package metrics
 
 import (

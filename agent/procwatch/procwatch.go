@@ -1,7 +1,19 @@
-// Package procwatch is the small piece of process supervision that HAProxy
-// and keepalived share: following a daemon the agent started or adopted
-// (without confusing it with a recycled pid), recognising it by its
-// command line, and pacing restarts of one that keeps dying.
+// Package procwatch is the one supervision core every daemon kind (each
+// load balancer's HAProxy, the VRRP keepalived, each UDP or SCTP
+// listener's keepalived) runs under, as a Daemon: start in its own session
+// and process group with a rotated, capped output file (forwarded to the
+// journal under systemd; never without room for the pid file), wait until
+// ready (the kind's check and the pid file naming the new process), follow
+// it through a pidfd (without confusing it with a recycled pid), respawn
+// with backoff, retry a failed start, keep the desired state on disk,
+// adopt by pid file and command line, stop and kill, and keep the output
+// for error answers.
+//
+// Its lock has one door: every step on the process is a method of the Held
+// that Daemon.With passes to a callback and voids after it, so no kind can
+// run a step without the lock or forget to release it; a kind guards its
+// own state about the process with the same lock. It imports only leaf
+// helpers.
 package procwatch
 
 import (

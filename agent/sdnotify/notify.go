@@ -1,6 +1,3 @@
-// Package sdnotify tells systemd (Type=notify, sd_notify(3)) how the
-// agent's start-up and shutdown go and feeds its watchdog while the
-// agent's loops are live.
 package sdnotify
 
 import (

@@ -10,7 +10,7 @@ import (
 )
 
 // Assess's verdict for each kind of amphora: the exit status of `status`
-// follows from it (README: Status and logs).
+// follows from it (the package documentation's table).
 func TestAssess(t *testing.T) {
 	up := Process{Desired: "running", Running: true, Pid: 10}
 	down := Process{Desired: "running", LastExit: "exit status 1"}

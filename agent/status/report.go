@@ -1,9 +1,3 @@
-// Package status is what `amphora-agent status` shows: one report of the
-// agent, its load balancers, keepalived, the network and the heartbeats.
-// Most of it is read from the files and sockets the agent keeps (so it
-// works while the agent is down); what only the running agent knows
-// (restarts, last reload, heartbeats) it hands over on a root-only unix
-// socket. Nothing here changes anything.
 package status
 
 import "time"

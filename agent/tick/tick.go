@@ -1,6 +1,9 @@
 // Package tick lines the agent's periodic work up on shared instants, so
-// that an idle agent wakes once per period rather than once per check
-// (each wake-up of a Go process costs CPU: README, Benchmarks).
+// that an idle agent wakes once per period rather than once per check:
+// each wake-up of a Go process costs CPU (figures in docs/results.md).
+// Heartbeats, the memory trim, the systemd watchdog, the metrics
+// endpoint's namespace check and each daemon's output-file check (its size
+// cap and the journal forwarding) share them.
 //
 // The instants are a fixed offset past every multiple of the period since
 // the Unix epoch, the offset drawn at random once per process, so that

@@ -174,8 +174,8 @@ type process struct {
 }
 
 // journalSink is where HAProxy's and keepalived's output goes besides
-// their files: under systemd, the journal, where operators look (README:
-// Status and logs).
+// their files: under systemd, the journal, where operators look
+// (package agent/journalfwd).
 func journalSink(log *zap.Logger) journalfwd.Sink {
 	if !journalfwd.Available() {
 		return nil

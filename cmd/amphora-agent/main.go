@@ -1,8 +1,3 @@
-// Command amphora-agent is the agent that runs inside an Octavia amphora.
-//
-//	amphora-agent [--config-file PATH]...   run the agent (the default)
-//	amphora-agent --version                 print the version
-//	amphora-agent <subcommand> [args]       run one of the tools (package cli)
 package main
 
 import (

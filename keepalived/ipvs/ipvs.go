@@ -7,6 +7,12 @@
 // and connection counts; no fork, read on a thread moved into the
 // namespace) and `ipvsadm -Ln --stats --exact` (counters, which only the
 // netlink interface gives; one short command in the namespace).
+// Upstream runs ipvsadm twice and cat once per heartbeat. Netlink through
+// github.com/cloudflare/ipvs would spare the one command but bring a
+// netlink module stack for two dump calls; ipvsadm's text is what upstream
+// parses and an operator reads, and the parsers are tested on output
+// recorded from the VM image's kernel (testdata). Without the ip_vs module
+// the table is empty.
 package ipvs
 
 import (

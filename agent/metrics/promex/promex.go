@@ -8,6 +8,18 @@
 // dropped, and the load balancer's CPU and memory gauges are added.
 //
 // The translation streams: memory use does not grow with the page.
+//
+// It follows Octavia 11.0.0's prometheus-proxy, the controller version the
+// interop tier runs: the metrics it names are renamed (haproxy_process_*
+// to octavia_loadbalancer_* and octavia_memory_pool_*, haproxy_frontend_*
+// to octavia_listener_*, haproxy_backend_* to octavia_pool_*,
+// haproxy_server_* to octavia_member_*, and its few irregular names), and
+// so are their labels (proxy= to listener= or pool=, server= to member=).
+// The matching is upstream's, quirks included: a name found anywhere in a
+// line, the first entry of its table wins. The table is one Go map in
+// table.go. Upstream's master has since renamed three of HAProxy 2.4+'s
+// metrics (frontend_ssl_reuse, idle_connections_current and _limit, which
+// 11.0.0 drops) and shortened three HELP texts; the agent follows 11.0.0.
 package promex
 
 import (

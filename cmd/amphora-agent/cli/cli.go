@@ -1,7 +1,3 @@
-// Package cli holds the tools that share the agent's binary: each is a
-// subcommand (amphora-agent <name>) and some are also reached through a
-// symlink under upstream's name (busybox style), as image scripts and
-// keepalived call them.
 package cli
 
 import (

@@ -18,7 +18,7 @@ import (
 )
 
 // statusUsage is `status --help`: the synopsis and the exit statuses a
-// script can rely on (README: Status and logs).
+// script can rely on (package agent/status says more).
 const statusUsage = `usage: amphora-agent status [--config-file PATH]... [--json]
 
 Print what the agent, its daemons, the network and the heartbeats are

@@ -30,7 +30,7 @@ func runStatusCmd(t *testing.T, env *testenv.Env, args ...string) string {
 }
 
 // statusCmdExit runs `status` and fails the test unless it exits with
-// want (README: Status and logs).
+// want (the exit statuses: package agent/status).
 func statusCmdExit(t *testing.T, env *testenv.Env, want int, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(testenv.Binary(t), append([]string{"status", "--config-file", env.ConfigPath}, args...)...)

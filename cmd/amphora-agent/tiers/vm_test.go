@@ -772,7 +772,7 @@ func TestVMSingleAmphora(t *testing.T) {
 	t.Run("hardening", func(t *testing.T) { checkHardening(t, a) })
 
 	// HAProxy's output is in the journal under upstream's unit name, and
-	// status names that place (README: Status and logs).
+	// status names that place (README.md, "Where the logs are").
 	hapJournal := "journalctl -b --no-pager -o cat -t haproxy-" + hapLB
 	a.WaitFor(time.Minute, "HAProxy's output in the journal", hapJournal+" | grep -q 'New worker'")
 	if st := a.MustExec("/usr/local/bin/amphora-agent status --config-file /etc/octavia/amphora-agent.conf"); !strings.Contains(st, "journalctl -t haproxy-"+hapLB) {
@@ -880,7 +880,7 @@ func TestVMSingleAmphora(t *testing.T) {
 		}
 		waitServed(t, n, 30*time.Second)
 		if log := a.MustExec("ls -l /var/lib/octavia/" + hapLB + "/haproxy.log"); !strings.Contains(log, "haproxy.log") {
-			t.Fatalf("HAProxy's log is not where the README says: %s", log)
+			t.Fatalf("HAProxy's log is not where README.md (\"Where the logs are\") says: %s", log)
 		}
 		// The UDP and SCTP listeners too: their keepalived restored, both
 		// members checked UP again and served.
@@ -979,7 +979,8 @@ func TestVMActiveStandby(t *testing.T) {
 	}
 	waitServed(t, n, time.Minute)
 	udpServed(t, n, time.Minute, "udp-member-1", "udp-member-2")
-	// keepalived logs to syslog, which the journal collects (README).
+	// keepalived logs to syslog, which the journal collects (package
+	// agent/journalfwd).
 	amps[master].WaitFor(time.Minute, "keepalived's MASTER line in the journal",
 		"journalctl -b --no-pager -t Keepalived_vrrp | grep -q 'Entering MASTER STATE'")
 	state := amps[master].MustExec("ip -n amphora-haproxy -br addr show dev eth1")

@@ -2,6 +2,27 @@
 // and its answer on a UNIX stream connection, made with raw system calls
 // instead of net.Conn so that reading a long answer costs few thread
 // wake-ups (see sock and paced.go).
+//
+// Why. HAProxy writes a long answer in pieces of its buffer size (16 KB)
+// as fast as the reader takes them; a reader parked in Go's network poller
+// wakes for every piece, and each wake-up costs more CPU than reading the
+// piece. So the heartbeat's socket is non-blocking and every call on it is
+// a raw system call: an ordinary one enters the scheduler's syscall state,
+// which wakes Go's sysmon thread, and one that blocks keeps sysmon polling
+// every 20 µs until it returns. The answer is looked at after 1 ms, then in
+// rounds 3 ms apart, each taking what gathered in the socket buffer (about
+// 200 KB: a 3 ms round about fills it), so a 1 MB answer costs a handful
+// of wake-ups. Between rounds the reader sleeps in a raw nanosleep that
+// keeps its P for 3 ms at most (a Go timer would free the P but wake three
+// threads a round: the poller's, one looking for work, and sysmon), then
+// yields it, so that other goroutines run between rounds and sysmon does
+// not take the reader for one that never yields (it would send preemption
+// signals every 10 ms, which cannot land in a raw call, and poll every
+// 20 µs). Deadline and cancellation are checked between rounds.
+//
+// Other commands (the master CLI's during a reload, the status command's)
+// use a blocking socket whose SO_SNDTIMEO and SO_RCVTIMEO carry what is
+// left of the deadline, and read the answer as it comes.
 package rawsock
 
 import (

@@ -16,7 +16,8 @@ import (
 // which do not wake Go's sysmon thread; that is sound only because none of
 // them can block. It looks for the answer after firstPoll, then every pace,
 // taking what gathered in the socket buffer, so a long answer costs a few
-// wake-ups instead of one per HAProxy buffer (README, Benchmarks).
+// wake-ups instead of one per HAProxy buffer (the package comment says
+// why; figures in docs/results.md).
 const (
 	firstPoll = time.Millisecond
 	pace      = 3 * time.Millisecond

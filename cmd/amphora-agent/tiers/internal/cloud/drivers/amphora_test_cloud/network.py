@@ -1,8 +1,8 @@
 """Octavia's network driver for the cloud tier: networks, subnets and
 ports live in the Go harness (a small model of Neutron); this class turns
 Octavia's calls into calls of that model and its answers into Octavia's
-data models. What is modelled and what is not: see the README's section
-on the cloud tier."""
+data models. What is modelled and what is not: see the "Cloud" section of
+cmd/amphora-agent/tiers/README.md."""
 
 from oslo_log import log as logging
 
@@ -93,7 +93,7 @@ class NetworkDriver(base.AbstractNetworkDriver):
             raise base.DeallocateVIPException(str(e))
 
     def update_vip_sg(self, load_balancer, vip):
-        # No security groups: nothing to update (the README says so).
+        # No security groups: nothing to update (the tiers README says so).
         return None
 
     def update_vip(self, load_balancer, for_delete=False):
