@@ -204,7 +204,7 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 					i, tail = len(r.Pools), len(r.Pools)
 					pools[px] = i
 					backendRow = append(backendRow, false)
-					r.Pools = append(r.Pools, PoolReading{Key: keep(px), Members: all[len(all):len(all)]})
+					r.Pools = append(r.Pools, PoolReading{Key: keep(px), Members: all[len(all):]})
 				}
 				lastPool = i
 			}

@@ -59,11 +59,11 @@ const (
 // listener ports from firstPort up. drop leaves out each pool's last
 // member: the second variant a change alternates with.
 type lbShape struct {
-	id                  string
-	listeners, members  int
-	firstPort           int
-	drop                bool
-	base, crtDir, owner string
+	id                 string
+	listeners, members int
+	firstPort          int
+	drop               bool
+	base, crtDir       string
 }
 
 // benchUUID is a fixed, random-looking UUID per (kind, n): real ids
