@@ -74,6 +74,14 @@ var layerRules = []layerRule{
 		allow: []string{"golang.org/x/sys/unix", "haproxy/stats/haproxytest"},
 	},
 	{
+		// What a receiving SCTP stack checks, for the probe's tests and
+		// the tier tests' SCTP peer.
+		why:   "the SCTP probe's packet checker imports only the probe and the standard library",
+		from:  []string{"keepalived/sctpcheck/sctpchecktest"},
+		deny:  []string{"...", "non-std"},
+		allow: []string{"keepalived/sctpcheck"},
+	},
+	{
 		why:   "the stats client imports only its socket engine",
 		from:  []string{"haproxy/stats"},
 		deny:  []string{"..."},
