@@ -90,11 +90,19 @@ var layerRules = []layerRule{
 	{
 		// Everything reads the configuration and tests everywhere make
 		// certificates, so neither may lean on anything above it; the
-		// shared test kit imports nothing either.
+		// shared test kit imports nothing either, nor configtest beyond
+		// the configuration (the configuration's tests check configtest's
+		// guard against the option table, their own test code).
 		why:   "the configuration and the dev PKI import nothing of this module",
 		from:  []string{"agent/config", "certs/devpki"},
 		deny:  []string{"..."},
-		allow: []string{"agent/testkit"},
+		allow: []string{"agent/testkit", "agent/config/configtest"},
+	},
+	{
+		why:   "the configuration's test helper imports only the configuration",
+		from:  []string{"agent/config/configtest"},
+		deny:  []string{"..."},
+		allow: []string{"agent/config"},
 	},
 	{
 		// The supervision core writes its state atomically, reads pid
