@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Advertise tells the neighbours of the namespace that each address lives
+// AdvertiseWith tells the neighbours of the namespace that each address lives
 // here now: a gratuitous ARP request for IPv4, an unsolicited neighbour
 // advertisement (Router and Override flags, target link-layer address
 // option) to all nodes for IPv6, sent on the interface inside the
@@ -21,13 +21,8 @@ import (
 // namespace are skipped (on the backup amphora keepalived has not added
 // the VIP); a failure for one address does not stop the others. The
 // error joins what failed; callers that only advertise as a courtesy, as
-// upstream does, log it and go on.
-func Advertise(ctx context.Context, namespace string, addrs []netip.Addr) error {
-	return AdvertiseWith(ctx, namespace, addrs, nil)
-}
-
-// AdvertiseWith is Advertise logging skipped addresses to log at debug
-// level (zap.L() when nil).
+// upstream does, log it and go on. Skipped addresses are logged to log at
+// debug level (zap.L() when nil).
 func AdvertiseWith(ctx context.Context, namespace string, addrs []netip.Addr, log *zap.Logger) error {
 	if log == nil {
 		log = zap.L()

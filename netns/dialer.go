@@ -20,8 +20,9 @@ import (
 var ErrDialerClosed = errors.New("namespace dialer closed")
 
 // Dialer connects from inside one network namespace without moving a
-// thread per connection. Dial pins a thread for the whole connect, and Go
-// keeps every thread it ever made: a flood of connections grows the
+// thread per connection. A connect on a thread moved into the namespace
+// for it (Do, or the tests' netnstest.Dial) pins that thread for the whole
+// connect, and Go keeps every thread it ever made: a flood of connections grows the
 // process for good. A Dialer moves one OS thread into the namespace when
 // it is made; that thread only makes sockets (socket(2) never blocks, and
 // a socket stays in the namespace it was made in), and the connect and

@@ -171,7 +171,7 @@ func FuzzFirewallRules(f *testing.F) {
 			if line := ruleLine(r); strings.ContainsAny(line, "\n;{}#") {
 				t.Fatalf("rule line %q", line)
 			}
-			items = append(items, item{r.Protocol, r.CIDR, r.Port})
+			items = append(items, item(r))
 		}
 		if n := strings.Count(renderRules(rules), "\n"); n != strings.Count(renderRules(nil), "\n")+len(rules) {
 			t.Fatalf("%d rules render to %d lines", len(rules), n)

@@ -98,7 +98,7 @@ type Handle interface {
 type Kernel interface {
 	// Open returns a handle inside namespace ("" = the agent's own).
 	Open(namespace string) (Handle, error)
-	// EnsureNamespace is Ensure.
+	// EnsureNamespace is EnsureWith.
 	EnsureNamespace(namespace string) error
 	// Run runs argv inside namespace and returns its combined output.
 	Run(ctx context.Context, namespace string, argv []string) ([]byte, error)

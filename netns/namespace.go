@@ -79,15 +79,12 @@ var (
 	lacking sync.Map
 )
 
-// Ensure makes sure the named network namespace exists and is set up: it
-// is created when missing, lo is up and NamespaceSysctls are applied.
+// EnsureWith makes sure the named network namespace exists and is set up:
+// it is created when missing, lo is up and NamespaceSysctls are applied.
 // Settings the kernel does not offer in a namespace (no IPVS module, for
 // one) are logged once and are not an error. It is idempotent and cheap
 // enough to call before every start of a service in the namespace.
-// Problems are logged through zap's global logger; EnsureWith takes one.
-func Ensure(namespace string) error { return EnsureWith(namespace, nil) }
-
-// EnsureWith is Ensure logging to log (zap.L() when nil).
+// Problems are logged to log (zap.L() when nil).
 func EnsureWith(namespace string, log *zap.Logger) error {
 	if log == nil {
 		log = zap.L()
@@ -191,14 +188,6 @@ func validName(namespace string) error {
 		return fmt.Errorf("invalid network namespace name %q", namespace)
 	}
 	return nil
-}
-
-// Exists reports whether the named namespace is mounted under RunDir.
-func Exists(namespace string) bool {
-	if validName(namespace) != nil {
-		return false
-	}
-	return isNamespaceMount(filepath.Join(RunDir, namespace))
 }
 
 func isNamespaceMount(path string) bool {

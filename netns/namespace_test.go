@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,14 +39,17 @@ func ipRun(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// newNamespace runs Ensure for a unique name and deletes the namespace
+// mounted reports whether the named namespace is mounted under RunDir.
+func mounted(namespace string) bool { return isNamespaceMount(filepath.Join(RunDir, namespace)) }
+
+// newNamespace runs EnsureWith for a unique name and deletes the namespace
 // (and with it every link inside) in Cleanup.
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
 	name := uniq(prefix)
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", name).Run() })
-	if err := Ensure(name); err != nil {
-		t.Fatalf("Ensure(%s): %v", name, err)
+	if err := EnsureWith(name, nil); err != nil {
+		t.Fatalf("EnsureWith(%s): %v", name, err)
 	}
 	return name
 }
@@ -66,7 +70,7 @@ func TestEnsureCreatesAndConfigures(t *testing.T) {
 
 	name := uniq("aa-ens-")
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", name).Run() })
-	if Exists(name) {
+	if mounted(name) {
 		t.Fatalf("namespace %s exists before the test", name)
 	}
 	// Twice: the second call finds everything in place.
@@ -75,8 +79,8 @@ func TestEnsureCreatesAndConfigures(t *testing.T) {
 			t.Fatalf("EnsureWith #%d: %v", i+1, err)
 		}
 	}
-	if !Exists(name) {
-		t.Fatalf("namespace %s missing after Ensure", name)
+	if !mounted(name) {
+		t.Fatalf("namespace %s missing after EnsureWith", name)
 	}
 	if !strings.Contains(ipRun(t, "netns", "list"), name) {
 		t.Errorf("ip netns list does not show %s", name)
@@ -109,7 +113,7 @@ func TestEnsureCreatesAndConfigures(t *testing.T) {
 	}
 
 	// This kernel has no IPVS: each missing setting is logged at most once
-	// even though Ensure ran twice (and the warning memory is per process,
+	// even though EnsureWith ran twice (and the warning memory is per process,
 	// so another test may have logged it already).
 	seen := map[string]int{}
 	for _, e := range logs.All() {
@@ -131,8 +135,8 @@ func TestEnsureCreatesAndConfigures(t *testing.T) {
 
 func TestEnsureRejectsBadNames(t *testing.T) {
 	for _, n := range []string{"", ".", "..", "a/b"} {
-		if err := Ensure(n); err == nil {
-			t.Errorf("Ensure(%q) succeeded", n)
+		if err := EnsureWith(n, nil); err == nil {
+			t.Errorf("EnsureWith(%q) succeeded", n)
 		}
 	}
 }
@@ -168,8 +172,8 @@ func TestAdvertise(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		if err := Advertise(ctx, amp, addrs); err != nil {
-			t.Fatalf("Advertise: %v", err)
+		if err := AdvertiseWith(ctx, amp, addrs, nil); err != nil {
+			t.Fatalf("AdvertiseWith: %v", err)
 		}
 		out := ipRun(t, "-n", peer, "neigh", "show", "dev", "eth0")
 		if strings.Count(out, "lladdr "+mac) == 2 {
@@ -185,9 +189,9 @@ func TestAdvertise(t *testing.T) {
 
 func TestAdvertiseMissingNamespace(t *testing.T) {
 	testkit.RequireRoot(t, needsRoot)
-	err := Advertise(context.Background(), uniq("aa-none-"), []netip.Addr{netip.MustParseAddr("198.51.100.1")})
+	err := AdvertiseWith(context.Background(), uniq("aa-none-"), []netip.Addr{netip.MustParseAddr("198.51.100.1")}, nil)
 	if err == nil {
-		t.Fatal("Advertise in a namespace that does not exist succeeded")
+		t.Fatal("AdvertiseWith in a namespace that does not exist succeeded")
 	}
 }
 

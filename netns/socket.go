@@ -1,7 +1,6 @@
 package netns
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -10,8 +9,8 @@ import (
 )
 
 // A socket belongs to the network namespace of the thread that creates
-// it, for its whole life; afterwards any goroutine may use it. So these
-// create theirs on a thread moved into the namespace just for that.
+// it, for its whole life; afterwards any goroutine may use it. So Listen
+// creates its own on a thread moved into the namespace just for that.
 
 // Listen opens a listening socket inside the named namespace.
 func Listen(namespace, network, address string) (net.Listener, error) {
@@ -22,20 +21,6 @@ func Listen(namespace, network, address string) (net.Listener, error) {
 		return err
 	})
 	return ln, err
-}
-
-// Dial connects from inside the named namespace. It holds a thread of
-// its own for the whole connect, and Go keeps every thread it makes: for
-// more than an occasional connection, use a Dialer.
-func Dial(ctx context.Context, namespace, network, address string) (net.Conn, error) {
-	var c net.Conn
-	err := onThreadIn(namespace, func() error {
-		var d net.Dialer
-		var err error
-		c, err = d.DialContext(ctx, network, address)
-		return err
-	})
-	return c, err
 }
 
 // ID identifies the namespace mounted under the name now (its nsfs inode),

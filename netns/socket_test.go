@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -15,8 +16,9 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
-// A socket opened by Listen or Dial lives in the namespace by that name
-// when it was opened; ID tells a namespace recreated under the same name.
+// A socket opened by Listen or a Dialer lives in the namespace by that
+// name when it was opened; ID tells a namespace recreated under the same
+// name.
 func TestSocketsInNamespace(t *testing.T) {
 	testkit.RequireRoot(t, "creates a network namespace")
 	name := fmt.Sprintf("aa-sock-%d", os.Getpid())
@@ -31,7 +33,16 @@ func TestSocketsInNamespace(t *testing.T) {
 	ln := helloListener(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, name, "tcp", ln.Addr().String())
+	// dial connects from the namespace the name means now.
+	dial := func() (net.Conn, error) {
+		d, err := NewDialer(name)
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		return d.DialTCP(ctx, netip.MustParseAddrPort(ln.Addr().String()))
+	}
+	c, err := dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +69,7 @@ func TestSocketsInNamespace(t *testing.T) {
 	if id1 == id2 {
 		t.Fatalf("the recreated namespace has the old ID %d", id1)
 	}
-	if c, err := Dial(ctx, name, "tcp", ln.Addr().String()); err == nil {
+	if c, err := dial(); err == nil {
 		c.Close()
 		t.Fatal("dialled the old namespace's listener from the new one")
 	}

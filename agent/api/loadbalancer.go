@@ -50,7 +50,12 @@ type md5Body struct {
 
 func (s *server) putCertificate(w http.ResponseWriter, r *http.Request) error {
 	v := mux.Vars(r)
-	// The name is checked before the body is read, as upstream does.
+	// The name is checked after the body is read: mutate reads it, within
+	// the budget, before it calls this handler. Upstream checks the name
+	// first, so a bad name sent with a body too large or too slow is
+	// answered here for the body, there for the name. Checking it here
+	// still spares the wait for the mutation lock (the store checks it
+	// again under the lock).
 	if err := s.svc.ValidateCertificateName(v["filename"]); err != nil {
 		return err
 	}

@@ -205,7 +205,8 @@ type Conn struct {
 // The exact framing net/http uses for the answers it writes on its own
 // when a request cannot be read (bad request line, headers too large,
 // unsupported transfer encoding or HTTP version): one write, then the
-// connection closes.
+// connection closes. agent/api's TestGateRewritesNetHTTPAnswers checks
+// them against the net/http this is built with.
 var (
 	goErrorPrefix  = []byte("HTTP/1.1 ")
 	goErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")

@@ -2,18 +2,12 @@ package health
 
 import (
 	"bytes"
-	"compress/zlib"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"hash"
 	"hash/adler32"
-	"io"
-	"unicode/utf8"
 
 	"github.com/klauspost/compress/flate"
 )
@@ -22,12 +16,10 @@ import (
 // cannot be sent (upstream then silently stops heartbeating).
 const MaxDatagram = 65507
 
-// Tag lengths: the agent sends the hex form; agents before Octavia 3.0 sent
-// the raw digest, which the HM still accepts.
-const (
-	hexTagLen = 2 * sha256.Size
-	rawTagLen = sha256.Size
-)
+// hexTagLen is the length of the tag the agent sends: HMAC-SHA256 in hex
+// (agents before Octavia 3.0 sent the raw digest, which the HM still
+// accepts; see healthtest.Unwrap).
+const hexTagLen = 2 * sha256.Size
 
 // ZlibLevel is the level of the deflate writer inside the zlib stream
 // (upstream: Python's zlib at level 9, which any receiver's inflater reads
@@ -58,8 +50,8 @@ type Encoder struct {
 	restOK    bool
 }
 
-// Encode serializes msg to JSON (as encoding/json would) and wraps it (see
-// Wrap). The returned slice is valid until the next call.
+// Encode serializes msg to JSON (see appendMessage) and wraps it (see
+// wrap). The returned slice is valid until the next call.
 func (e *Encoder) Encode(msg Message, key string) ([]byte, error) {
 	if msg.poolsAsBefore && e.restOK {
 		// The builder vouches that the pools are those of its last
@@ -71,17 +63,14 @@ func (e *Encoder) Encode(msg Message, key string) ([]byte, error) {
 	return e.wrap(e.doc[:e.sc.pools], e.doc[e.sc.pools:], key)
 }
 
-// Wrap builds the datagram: zlib of doc, then the 64 lowercase hex
-// characters of HMAC-SHA256 over the compressed bytes with the UTF-8 key.
-// The returned slice is valid until the next call.
-func (e *Encoder) Wrap(doc []byte, key string) ([]byte, error) { return e.wrap(doc, nil, key) }
-
 // zlibHeader is deflate with a 32 KiB window and the "fastest" level hint
 // (the level hint is informative only; every inflater ignores it).
 var zlibHeader = [2]byte{0x78, 0x01}
 
-// wrap is Wrap of head followed by rest, rest compressed separately (see
-// Encoder).
+// wrap builds the datagram of the document head followed by rest: zlib of
+// the document, then the 64 lowercase hex characters of HMAC-SHA256 over
+// the compressed bytes with the UTF-8 key. rest is compressed separately
+// (see Encoder). The returned slice is valid until the next call.
 func (e *Encoder) wrap(head, rest []byte, key string) ([]byte, error) {
 	if len(rest) > 0 && !(e.restOK && bytes.Equal(rest, e.restDoc)) {
 		if err := e.compressRest(rest); err != nil {
@@ -163,93 +152,4 @@ func adler32Combine(a, b uint32, lenB int) uint32 {
 	s1 := (a1 + b1 + mod - 1) % mod
 	s2 := (a2 + b2 + n*((a1+mod-1)%mod)) % mod
 	return uint32(s2<<16 | s1)
-}
-
-// Wrap is Encoder.Wrap with a fresh encoder; the result is the caller's.
-func Wrap(doc []byte, key string) ([]byte, error) {
-	var e Encoder
-	out, err := e.Wrap(doc, key)
-	return bytes.Clone(out), err
-}
-
-func sign(key string, payload []byte) []byte {
-	m := hmac.New(sha256.New, []byte(key))
-	m.Write(payload)
-	return m.Sum(nil)
-}
-
-// Format is how a datagram's tag was written.
-type Format int
-
-const (
-	FormatHex Format = iota + 1 // 64 hex characters (what agents send)
-	FormatRaw                   // 32-byte digest (agents before Octavia 3.0)
-)
-
-// ErrInvalid is a datagram the HM would drop.
-var ErrInvalid = errors.New("invalid heartbeat")
-
-// Unwrap decodes a datagram the way the HM's receiver does: first with a
-// hex tag (the last 64 bytes), and if anything in that fails, again with a
-// raw tag (the last 32 bytes). The tag is compared in constant time with
-// the HMAC of everything before it; then the payload is zlib-decompressed,
-// must be UTF-8 and must be a JSON object. It returns the JSON document.
-func Unwrap(datagram []byte, key string) ([]byte, Format, error) {
-	doc, hexErr := open(datagram, key, hexTagLen)
-	if hexErr == nil {
-		return doc, FormatHex, nil
-	}
-	doc, rawErr := open(datagram, key, rawTagLen)
-	if rawErr == nil {
-		return doc, FormatRaw, nil
-	}
-	return nil, 0, fmt.Errorf("%w: hex tag: %v; raw tag: %v", ErrInvalid, hexErr, rawErr)
-}
-
-func open(d []byte, key string, tagLen int) ([]byte, error) {
-	// Python's d[:-n] and d[-n:] on a datagram shorter than n: nothing and
-	// everything.
-	payload, tag := []byte(nil), d
-	if len(d) >= tagLen {
-		payload, tag = d[:len(d)-tagLen], d[len(d)-tagLen:]
-	}
-	want := sign(key, payload)
-	if tagLen == hexTagLen {
-		want = []byte(hex.EncodeToString(want))
-	}
-	if !hmac.Equal(tag, want) {
-		return nil, errors.New("tag mismatch")
-	}
-	zr, err := zlib.NewReader(bytes.NewReader(payload))
-	if err != nil {
-		return nil, fmt.Errorf("zlib: %w", err)
-	}
-	doc, err := io.ReadAll(zr)
-	if err != nil {
-		return nil, fmt.Errorf("zlib: %w", err)
-	}
-	if !utf8.Valid(doc) {
-		return nil, errors.New("payload is not UTF-8")
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(doc, &obj); err != nil || obj == nil {
-		return nil, fmt.Errorf("payload is not a JSON object: %v", err)
-	}
-	return doc, nil
-}
-
-// Decode unwraps a datagram and decodes it as a Message (for tests and
-// tools; the HM itself only needs Unwrap's checks).
-func Decode(datagram []byte, key string) (Message, error) {
-	doc, _, err := Unwrap(datagram, key)
-	if err != nil {
-		return Message{}, err
-	}
-	var m Message
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return Message{}, err
-	}
-	return m, nil
 }

@@ -3,6 +3,8 @@ package health
 import (
 	"bytes"
 	"compress/zlib"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -13,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 )
 
 func readHex(t *testing.T, name string) []byte {
@@ -61,15 +65,15 @@ const vectorAJSON = `{"id": "9d2b6e1c-4f3a-4c8e-8b7d-2a1e5f6c7d80", "seq": 0, "l
 func TestUnwrapVectors(t *testing.T) {
 	cases := []struct {
 		file, key string
-		format    Format
+		format    healthtest.Format
 		want      string
 		size      int
 	}{
-		{"vector-a.hex", "insecure", FormatHex, vectorAJSON, 154},
-		{"vector-a-legacy.hex", "insecure", FormatRaw, vectorAJSON, 122},
-		{"vector-b.hex", "TEST", FormatHex, `{"testkey": "TEST"}`, 91},
-		{"vector-b-raw.hex", "TEST", FormatRaw, `{"testkey": "TEST"}`, 59},
-		{"vector-c.hex", "insecure", FormatHex, string(readTestdata(t, "spec-message.json")), 486},
+		{"vector-a.hex", "insecure", healthtest.FormatHex, vectorAJSON, 154},
+		{"vector-a-legacy.hex", "insecure", healthtest.FormatRaw, vectorAJSON, 122},
+		{"vector-b.hex", "TEST", healthtest.FormatHex, `{"testkey": "TEST"}`, 91},
+		{"vector-b-raw.hex", "TEST", healthtest.FormatRaw, `{"testkey": "TEST"}`, 59},
+		{"vector-c.hex", "insecure", healthtest.FormatHex, string(readTestdata(t, "spec-message.json")), 486},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -77,7 +81,7 @@ func TestUnwrapVectors(t *testing.T) {
 			if len(d) != c.size {
 				t.Fatalf("%d bytes, want %d", len(d), c.size)
 			}
-			doc, format, err := Unwrap(d, c.key)
+			doc, format, err := healthtest.Unwrap(d, c.key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,16 +103,16 @@ func TestUnwrapRejects(t *testing.T) {
 		{"vector-b.hex", "TEST"}, {"vector-b-raw.hex", "TEST"}, {"vector-c.hex", "insecure"},
 	} {
 		d := readHex(t, c.file)
-		if _, _, err := Unwrap(d, c.key+"2"); err == nil {
+		if _, _, err := healthtest.Unwrap(d, c.key+"2"); err == nil {
 			t.Errorf("%s: accepted with key %s2", c.file, c.key)
 		}
-		if _, _, err := Unwrap(d, "insecure2"); err == nil {
+		if _, _, err := healthtest.Unwrap(d, "insecure2"); err == nil {
 			t.Errorf("%s: accepted with key insecure2", c.file)
 		}
 		for i := range d {
 			flipped := bytes.Clone(d)
 			flipped[i] ^= 0x01
-			if _, _, err := Unwrap(flipped, c.key); err == nil {
+			if _, _, err := healthtest.Unwrap(flipped, c.key); err == nil {
 				t.Errorf("%s: accepted with byte %d flipped", c.file, i)
 			}
 		}
@@ -120,7 +124,7 @@ func TestUnwrapRejects(t *testing.T) {
 		if bytes.Equal(upper, d) {
 			t.Fatalf("%s: tag has no letters to upper-case", c.file)
 		}
-		if _, _, err := Unwrap(upper, c.key); err == nil {
+		if _, _, err := healthtest.Unwrap(upper, c.key); err == nil {
 			t.Errorf("%s: accepted with an upper-case tag", c.file)
 		}
 	}
@@ -130,12 +134,12 @@ func TestUnwrapRejects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := Unwrap(d, "k"); err == nil {
+		if _, _, err := healthtest.Unwrap(d, "k"); err == nil {
 			t.Errorf("%s payload accepted", name)
 		}
 	}
 	for _, short := range [][]byte{nil, []byte("x"), bytes.Repeat([]byte("a"), 40)} {
-		if _, _, err := Unwrap(short, "k"); err == nil {
+		if _, _, err := healthtest.Unwrap(short, "k"); err == nil {
 			t.Errorf("%d-byte datagram accepted", len(short))
 		}
 	}
@@ -159,7 +163,9 @@ func TestWrapStructure(t *testing.T) {
 		if !hexTag.Match(tag) {
 			t.Fatalf("tag %q is not 64 lowercase hex characters", tag)
 		}
-		if want := hex.EncodeToString(sign(key, payload)); string(tag) != want {
+		mac := hmac.New(sha256.New, []byte(key))
+		mac.Write(payload)
+		if want := hex.EncodeToString(mac.Sum(nil)); string(tag) != want {
 			t.Fatalf("tag %s, want HMAC over the compressed bytes %s", tag, want)
 		}
 		// Any zlib header (deflate, 32 KiB window, valid check bits): the
@@ -175,8 +181,8 @@ func TestWrapStructure(t *testing.T) {
 		if err != nil || !bytes.Equal(plain, doc) {
 			t.Fatalf("payload decompresses to %q, %v", plain, err)
 		}
-		got, format, err := Unwrap(d, key)
-		if err != nil || format != FormatHex || !bytes.Equal(got, doc) {
+		got, format, err := healthtest.Unwrap(d, key)
+		if err != nil || format != healthtest.FormatHex || !bytes.Equal(got, doc) {
 			t.Fatalf("Unwrap = %q, %d, %v", got, format, err)
 		}
 	}
@@ -191,21 +197,21 @@ func TestVectorCBothDirections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ours, _, err := Unwrap(d, "insecure")
+	ours, _, err := healthtest.Unwrap(d, "insecure")
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, _, err := Unwrap(readHex(t, "vector-c.hex"), "insecure")
+	theirs, _, err := healthtest.Unwrap(readHex(t, "vector-c.hex"), "insecure")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !jsonEqual(t, ours, theirs) {
 		t.Fatalf("Go message\n%s\nPython vector C\n%s", ours, theirs)
 	}
-	if _, _, err := Unwrap(d, "insecure2"); err == nil {
+	if _, _, err := healthtest.Unwrap(d, "insecure2"); err == nil {
 		t.Fatal("our datagram accepted with the wrong key")
 	}
-	decoded, err := Decode(d, "insecure")
+	decoded, err := healthtest.Decode[Message](d, "insecure")
 	if err != nil || !reflect.DeepEqual(decoded, msg) {
 		t.Fatalf("Decode = %+v, %v", decoded, err)
 	}

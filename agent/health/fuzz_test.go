@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
@@ -28,12 +29,12 @@ func FuzzUnwrap(f *testing.F) {
 	}
 	f.Add([]byte{}, "")
 	f.Fuzz(func(t *testing.T, datagram []byte, key string) {
-		doc, format, err := Unwrap(datagram, key)
+		doc, format, err := healthtest.Unwrap(datagram, key)
 		if err != nil {
 			return
 		}
 		var obj map[string]json.RawMessage
-		if !utf8.Valid(doc) || json.Unmarshal(doc, &obj) != nil || obj == nil || (format != FormatHex && format != FormatRaw) {
+		if !utf8.Valid(doc) || json.Unmarshal(doc, &obj) != nil || obj == nil || (format != healthtest.FormatHex && format != healthtest.FormatRaw) {
 			t.Fatalf("accepted %q (format %d)", doc, format)
 		}
 	})
@@ -56,14 +57,14 @@ func FuzzWrap(f *testing.F) {
 		}
 		var obj map[string]json.RawMessage
 		isObject := utf8.Valid(doc) && json.Unmarshal(doc, &obj) == nil && obj != nil
-		got, format, err := Unwrap(d, key)
+		got, format, err := healthtest.Unwrap(d, key)
 		if isObject != (err == nil) {
 			t.Fatalf("object %v, unwrap error %v", isObject, err)
 		}
-		if err == nil && (!bytes.Equal(got, doc) || format != FormatHex) {
+		if err == nil && (!bytes.Equal(got, doc) || format != healthtest.FormatHex) {
 			t.Fatalf("unwrapped %q (format %d), want %q", got, format, doc)
 		}
-		if _, _, err := Unwrap(d, key+"x"); err == nil {
+		if _, _, err := healthtest.Unwrap(d, key+"x"); err == nil {
 			t.Fatal("accepted under another key")
 		}
 	})

@@ -9,8 +9,9 @@ import (
 
 // appendMessage appends msg as JSON, byte for byte what encoding/json
 // writes for it (struct fields in order, map keys sorted, HTML-safe
-// escaping), without reflection: the heartbeat encodes thousands of
-// members every interval. sc is scratch space reused between calls.
+// escaping), except that nil maps are written {} and never null (the
+// tests' encoding/json reference, export_test.go, does the same), without
+// reflection: the heartbeat encodes thousands of members every interval. sc is scratch space reused between calls.
 func appendMessage(b []byte, msg Message, sc *jsonScratch) []byte {
 	b = appendHead(b, msg, sc)
 	sc.pools = len(b)

@@ -1,7 +1,6 @@
 package health
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -52,27 +51,6 @@ type Pool struct {
 	Members map[string]string `json:"members"`
 }
 
-// MarshalJSON writes empty collections as {} (never null).
-func (m Message) MarshalJSON() ([]byte, error) {
-	type plain Message
-	if m.Listeners == nil {
-		m.Listeners = map[string]Listener{}
-	}
-	if m.Pools == nil {
-		m.Pools = map[string]Pool{}
-	}
-	return json.Marshal(plain(m))
-}
-
-// MarshalJSON writes a pool without members as {"members": {}}.
-func (p Pool) MarshalJSON() ([]byte, error) {
-	type plain Pool
-	if p.Members == nil {
-		p.Members = map[string]string{}
-	}
-	return json.Marshal(plain(p))
-}
-
 // Reading is what one source (an LB's HAProxy, or the LVS listeners)
 // reported at one moment, with absolute counters, in report order.
 type Reading struct {
@@ -118,7 +96,16 @@ const (
 // (the Prometheus exporter frontend and backend the controller renders).
 func excluded(pxname string) bool { return strings.Contains(pxname, "prometheus") }
 
-// FromRows turns the rows of `show stat -1 -1 -1` into a Reading:
+// rowScratch is what fromRows may reuse from one reading to the next.
+// The members of the reading it returns lie in sc.members: the caller
+// must detach them (settle) before the next call.
+type rowScratch struct {
+	members    []MemberReading
+	pools      map[string]int // backend name → index in r.Pools
+	backendRow []bool         // by index in r.Pools: its BACKEND row came
+}
+
+// fromRows turns the rows of `show stat -1 -1 -1` into a Reading:
 //   - rows of proxies whose name contains "prometheus" are dropped;
 //   - each FRONTEND row is a listener (status verbatim, counters parsed);
 //   - other rows are grouped by backend: the BACKEND row gives the pool
@@ -129,21 +116,9 @@ func excluded(pxname string) bool { return strings.Contains(pxname, "prometheus"
 // A backend whose name is not <pool>:<listener> or that has no BACKEND row
 // is skipped and named in Skipped. A FRONTEND row with an unparsable
 // counter fails the whole reading: guessing would corrupt the deltas.
-func FromRows(rows []stats.Row) (Reading, error) {
-	return fromRows(rows, func(s string) string { return s }, &rowScratch{})
-}
-
-// rowScratch is what fromRows may reuse from one reading to the next.
-// The members of the reading it returns lie in sc.members: the caller
-// must detach them (settle) before the next call.
-type rowScratch struct {
-	members    []MemberReading
-	pools      map[string]int // backend name → index in r.Pools
-	backendRow []bool         // by index in r.Pools: its BACKEND row came
-}
-
-// fromRows is FromRows passing every string the reading keeps through
-// keep (see names), and cutting members out of sc.
+//
+// Every string the reading keeps passes through keep (see names), and
+// members are cut out of sc.
 func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Reading, error) {
 	var r Reading
 	if len(rows) == 0 {
@@ -200,7 +175,7 @@ func fromRows(rows []stats.Row, keep func(string) string, sc *rowScratch) (Readi
 					i, tail = len(r.Pools), len(r.Pools)
 					pools[px] = i
 					backendRow = append(backendRow, false)
-					r.Pools = append(r.Pools, PoolReading{Key: keep(px), Members: all[len(all):len(all)]})
+					r.Pools = append(r.Pools, PoolReading{Key: keep(px), Members: all[len(all):]})
 				}
 				lastPool = i
 			}
@@ -296,7 +271,7 @@ func (p *picker) get(c int) string {
 	return ""
 }
 
-// The columns FromRows reads, by position in colNames.
+// The columns fromRows reads, by position in colNames.
 const (
 	cPx = iota
 	cSv

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
@@ -242,7 +243,7 @@ func TestReusingBuilderBuildsTheSame(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if doc, _, err := Unwrap(d, testKey); err != nil || !bytes.Equal(doc, want) {
+		if doc, _, err := healthtest.Unwrap(d, testKey); err != nil || !bytes.Equal(doc, want) {
 			t.Fatalf("datagram %d carries\n%s (%v)\nwant\n%s", i, doc, err, want)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/agent/tick"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
@@ -58,7 +59,7 @@ func (r *receiver) next(timeout time.Duration, key string) Message {
 	if d == nil {
 		r.t.Fatalf("no heartbeat on %s within %v", r.dest(), timeout)
 	}
-	m, err := Decode(d, key)
+	m, err := healthtest.Decode[Message](d, key)
 	if err != nil {
 		r.t.Fatalf("heartbeat on %s: %v", r.dest(), err)
 	}
@@ -86,7 +87,7 @@ func (r *receiver) queued(key string) []uint64 {
 		if d == nil {
 			return seqs
 		}
-		m, err := Decode(d, key)
+		m, err := healthtest.Decode[Message](d, key)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -140,7 +141,7 @@ type beatLog struct {
 }
 
 func (l *beatLog) sent(_ string, datagram []byte) {
-	m, err := Decode(datagram, testKey)
+	m, err := healthtest.Decode[Message](datagram, testKey)
 	if err != nil {
 		l.t.Error(err)
 		return
@@ -221,10 +222,10 @@ func TestSenderKeyFromLiveConfig(t *testing.T) {
 	s.SetConfig(withConfig(cfg, func(c *config.Config) { c.HeartbeatKey = "rotated" }))
 	s.Cycle(ctx)
 	d := hm.raw(time.Second)
-	if _, _, err := Unwrap(d, testKey); err == nil {
+	if _, _, err := healthtest.Unwrap(d, testKey); err == nil {
 		t.Fatal("the heartbeat after the key change verifies with the old key")
 	}
-	if m, err := Decode(d, "rotated"); err != nil || m.Seq != 1 {
+	if m, err := healthtest.Decode[Message](d, "rotated"); err != nil || m.Seq != 1 {
 		t.Fatalf("with the new key: %+v, %v", m, err)
 	}
 }

@@ -91,11 +91,6 @@ type LVSSource interface {
 	LVS(ctx context.Context) (Reading, error)
 }
 
-// NoLVS is the LVSSource of an amphora that has no LVS listeners at all.
-type NoLVS struct{}
-
-func (NoLVS) LVS(context.Context) (Reading, error) { return Reading{}, nil }
-
 // keepalivedGate returns why no heartbeat may be sent, or "": when the
 // controller has uploaded a VRRP configuration, keepalived must run. An
 // amphora whose keepalived died stops heartbeating so that the controller

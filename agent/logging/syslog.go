@@ -10,9 +10,8 @@ import (
 // syslogCore sends each record to syslog with the matching severity.
 type syslogCore struct {
 	zapcore.LevelEnabler
-	enc    zapcore.Encoder
-	w      *syslog.Writer
-	fields []zapcore.Field
+	enc zapcore.Encoder
+	w   *syslog.Writer
 }
 
 func (c *syslogCore) With(fields []zapcore.Field) zapcore.Core {

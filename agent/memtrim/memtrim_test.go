@@ -182,7 +182,7 @@ func TestReleaseEmptiesPools(t *testing.T) {
 		bufs[i] = make([]byte, size)
 	}
 	for _, b := range bufs {
-		pool.Put(b)
+		pool.Put(&b) // a pointer: a slice would be boxed in a new allocation
 	}
 	bufs = nil
 	Release()

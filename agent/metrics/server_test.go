@@ -23,6 +23,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/keepalived"
 	"github.com/amphora-agent/amphora-agent/keepalived/ipvs"
 	"github.com/amphora-agent/amphora-agent/netns"
+	"github.com/amphora-agent/amphora-agent/netns/netnstest"
 )
 
 // testMetricsServer serves pages of exporter, reached without a namespace.
@@ -188,7 +189,7 @@ func TestMetricsFollowNamespace(t *testing.T) {
 		client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return netns.Dial(ctx, name, network, addr)
+				return netnstest.Dial(ctx, name, network, addr)
 			}}}
 		deadline := time.Now().Add(10 * time.Second)
 		var last string

@@ -17,7 +17,7 @@ func TestEveryCommandHelpAndVersion(t *testing.T) {
 	for _, name := range cli.Names() {
 		invocations[name] = []string{"/usr/local/bin/amphora-agent", name}
 	}
-	for _, alias := range cli.Aliases() {
+	for alias := range cli.Aliases {
 		invocations[alias+" (alias)"] = []string{"/usr/local/bin/" + alias}
 	}
 	for name, argv := range invocations {

@@ -42,7 +42,7 @@ func TestCommandOnePerConnection(t *testing.T) {
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("ShowStat: %d rows, %v", len(rows), err)
 	}
-	info, err := stats.ShowInfo(ctx, f.Path)
+	info, err := haproxytest.ShowInfo(ctx, f.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestErrorAnswersRejected(t *testing.T) {
 	if _, err := stats.ShowStat(context.Background(), f.Path, &buf, nil); !errors.Is(err, stats.ErrNotCSV) {
 		t.Errorf("an error answer to show stat: %v, want ErrNotCSV", err)
 	}
-	if _, err := stats.ShowInfo(context.Background(), filepath.Join(filepath.Dir(f.Path), "none.sock")); err == nil {
+	if _, err := haproxytest.ShowInfo(context.Background(), filepath.Join(filepath.Dir(f.Path), "none.sock")); err == nil {
 		t.Fatal("a missing socket answered")
 	}
 }

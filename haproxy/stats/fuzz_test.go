@@ -82,26 +82,6 @@ func FuzzParseStat(f *testing.F) {
 	})
 }
 
-// FuzzParseInfo: keys and values are trimmed single-line strings, keys
-// non-empty and without ':'; written back as "Key: value" lines they parse
-// to the same map.
-func FuzzParseInfo(f *testing.F) {
-	addTestdata(f, "testdata/*.txt", "", "a:b:c\n :x\n\r\nk: v\r\nk: w\n")
-	f.Fuzz(func(t *testing.T, data []byte) {
-		info := ParseInfo(data)
-		var b strings.Builder
-		for k, v := range info {
-			if k == "" || k != strings.TrimSpace(k) || v != strings.TrimSpace(v) || strings.Contains(k, ":") || strings.ContainsAny(k+v, "\n") {
-				t.Fatalf("entry %q: %q", k, v)
-			}
-			b.WriteString(k + ": " + v + "\n")
-		}
-		if again := ParseInfo([]byte(b.String())); !maps.Equal(info, again) {
-			t.Fatalf("%q, then %q after writing it back", info, again)
-		}
-	})
-}
-
 // FuzzFields: an unquoted row splits as strings.Split splits it, whatever
 // its bytes and wherever its commas fall in a machine word.
 func FuzzFields(f *testing.F) {

@@ -62,7 +62,7 @@ backend pool-1:listener-1
 		t.Fatalf("show stat -1 6 -1: %d rows, %v", len(back), err)
 	}
 
-	info, err := stats.ShowInfo(ctx, sock)
+	info, err := haproxytest.ShowInfo(ctx, sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ backend pool-1:listener-1
 		results <- err
 	}()
 	go func() {
-		_, err := stats.ShowInfo(ctx, sock)
+		_, err := haproxytest.ShowInfo(ctx, sock)
 		results <- err
 	}()
 	if !testkit.Until(10*time.Second, func() bool { return queued(t, sock) == 2 }) {

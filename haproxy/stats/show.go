@@ -429,44 +429,13 @@ func notCSV(data []byte) error {
 	return fmt.Errorf("%w: %q", ErrNotCSV, first)
 }
 
-// Info is the answer to `show info`: key → value, both trimmed.
-type Info map[string]string
-
-// ShowInfo runs `show info`.
-func ShowInfo(ctx context.Context, socketPath string) (Info, error) {
-	const cmd = "show info"
-	out, err := Command(ctx, socketPath, cmd)
-	if err != nil {
-		return nil, err
-	}
-	info := ParseInfo(out)
-	if len(info) == 0 {
-		return nil, &Error{Socket: socketPath, Command: cmd, Err: notInfo(out)}
-	}
-	return info, nil
-}
-
-func notInfo(out []byte) error {
+// unexpectedAnswer is the error of an answer that is not the command's:
+// nothing at all, or something else (an error message).
+func unexpectedAnswer(out []byte) error {
 	if len(bytes.TrimSpace(out)) == 0 {
 		return ErrEmpty
 	}
 	return fmt.Errorf("unexpected answer %q", bytes.TrimSpace(out))
-}
-
-// ParseInfo parses `Key: value` lines, splitting at the first colon and
-// trimming both sides. Lines without a colon are skipped.
-func ParseInfo(data []byte) Info {
-	info := Info{}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		if k = strings.TrimSpace(k); k != "" {
-			info[k] = strings.TrimSpace(v)
-		}
-	}
-	return info
 }
 
 // ShowServersState runs `show servers state` and returns the answer as
@@ -482,7 +451,7 @@ func ShowServersState(ctx context.Context, socketPath string) ([]byte, error) {
 	}
 	first, _, _ := bytes.Cut(out, []byte("\n"))
 	if _, perr := strconv.Atoi(string(bytes.TrimSpace(first))); perr != nil {
-		return nil, &Error{Socket: socketPath, Command: cmd, Err: notInfo(out)}
+		return nil, &Error{Socket: socketPath, Command: cmd, Err: unexpectedAnswer(out)}
 	}
 	return out, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -119,34 +118,6 @@ func TestParseStatRejects(t *testing.T) {
 		if rows, err := ParseStat([]byte(data)); err == nil {
 			t.Errorf("%s: parsed as %d rows", name, len(rows))
 		}
-	}
-}
-
-// The spec's sample `show info` (§4.5): Uptime_sec, lines without a colon
-// skipped, values split at the first colon and trimmed.
-func TestParseInfo(t *testing.T) {
-	info := ParseInfo(append(readFile(t, "show-info.txt"), "a line without colon\n: no key\n"...))
-	up, err := info.UptimeSec()
-	if err != nil || up != 727 {
-		t.Fatalf("UptimeSec = %d, %v", up, err)
-	}
-	want := map[string]string{
-		"Name": "HAProxy", "Uptime": "0d 0h12m07s", "description": "",
-		"node": "amphora-9d2b6e1c-4f3a-4c8e-8b7d-2a1e5f6c7d80", "Release_date": "2023/12/07",
-	}
-	for k, v := range want {
-		if got, ok := info[k]; !ok || got != v {
-			t.Errorf("info[%q] = %q, %v; want %q", k, got, ok, v)
-		}
-	}
-	if len(info) != 15 {
-		t.Errorf("%d keys, want 15: %v", len(info), reflect.ValueOf(info).MapKeys())
-	}
-	if _, err := (Info{"Uptime_sec": "x"}).UptimeSec(); err == nil {
-		t.Error("bad Uptime_sec accepted")
-	}
-	if _, err := (Info{}).UptimeSec(); err == nil {
-		t.Error("missing Uptime_sec accepted")
 	}
 }
 

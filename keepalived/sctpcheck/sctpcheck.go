@@ -64,17 +64,6 @@ func Packet(srcPort, dstPort uint16, vtag uint32, chunks []byte) []byte {
 	return b
 }
 
-// ChecksumOK reports whether a packet (common header on) carries its
-// CRC32c.
-func ChecksumOK(p []byte) bool {
-	if len(p) < HeaderLen {
-		return false
-	}
-	c := append([]byte(nil), p...)
-	binary.LittleEndian.PutUint32(c[8:], 0)
-	return binary.LittleEndian.Uint32(p[8:]) == crc32.Checksum(c, castagnoli)
-}
-
 // Chunk is one chunk: type, flags, length (without the padding) and
 // value, padded to 4 bytes.
 func Chunk(typ, flags byte, value []byte) []byte {

@@ -1,34 +1,12 @@
 package configtest
 
 import (
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/config"
 )
-
-// Every option of the table with an absolute default is a path field the
-// guard checks, and only those: the guard cannot miss a path option.
-func TestPathFieldsAreThePathOptions(t *testing.T) {
-	var want int
-	for _, o := range config.Options() {
-		if strings.HasPrefix(o.Default, "/") {
-			want++
-		}
-	}
-	got := PathFields()
-	if len(got) != want || want < 10 {
-		t.Fatalf("path fields %v (%d); the option table has %d options with an absolute default", got, len(got), want)
-	}
-	typ := reflect.TypeOf(config.Config{})
-	for name := range Commands {
-		if _, ok := typ.FieldByName(name); !ok || !slices.Contains(got, name) {
-			t.Errorf("command %s is not a path field of config.Config", name)
-		}
-	}
-}
 
 // The guard fails a configuration that sets only some of the paths, such
 // as the one that once wrote /var/lib/octavia/haproxy-default-user-group.conf.

@@ -28,9 +28,10 @@ var tools = map[string]tool{
 	"status":             {summary: "[--config-file PATH]... [--json]: what the agent and its daemons are doing (read-only)", run: runStatus},
 }
 
-// aliases are the names image scripts call: a symlink with one of these
-// names runs the subcommand (busybox style).
-var aliases = map[string]string{
+// Aliases maps the names image scripts call to the subcommand each runs:
+// a symlink to the binary with one of these names runs the subcommand
+// (busybox style). The packages ship one link for each.
+var Aliases = map[string]string{
 	"amphora-interface":  "interface",
 	"haproxy-vrrp-check": "haproxy-vrrp-check",
 	// Octavia's LVS template names it in keepalived's MISC_CHECK.
@@ -39,7 +40,7 @@ var aliases = map[string]string{
 
 // ArgsFor turns an invocation through an alias into its subcommand.
 func ArgsFor(argv []string) []string {
-	if sub, ok := aliases[filepath.Base(argv[0])]; ok {
+	if sub, ok := Aliases[filepath.Base(argv[0])]; ok {
 		return append([]string{sub}, argv[1:]...)
 	}
 	return argv[1:]
@@ -74,10 +75,6 @@ func UsageText() string {
 
 // Names lists the tools, sorted.
 func Names() []string { return sortedKeys(tools) }
-
-// Aliases lists, sorted, the names a symlink to the binary may have to
-// run a tool (the packages ship one link for each).
-func Aliases() []string { return sortedKeys(aliases) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	names := make([]string, 0, len(m))

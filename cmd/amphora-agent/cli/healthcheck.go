@@ -46,6 +46,7 @@ func parseHealthCheck(args []string) (healthCheckArgs, error) {
 	}
 	protocol, args := args[0], args[1:]
 	if !strings.EqualFold(protocol, "sctp") {
+		//lint:ignore ST1005 upstream's health_checker.py prints these very words
 		return a, fmt.Errorf("Unsupported protocol '%s'", protocol)
 	}
 	if len(args) > 0 && args[0] == "-t" {

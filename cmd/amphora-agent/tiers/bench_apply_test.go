@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
-	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
@@ -59,11 +58,11 @@ const (
 // listener ports from firstPort up. drop leaves out each pool's last
 // member: the second variant a change alternates with.
 type lbShape struct {
-	id                  string
-	listeners, members  int
-	firstPort           int
-	drop                bool
-	base, crtDir, owner string
+	id                 string
+	listeners, members int
+	firstPort          int
+	drop               bool
+	base, crtDir       string
 }
 
 // benchUUID is a fixed, random-looking UUID per (kind, n): real ids
@@ -630,7 +629,7 @@ func restoreOnce(t *testing.T, bin string, n int) (time.Duration, int64, int64, 
 	}
 	for i := 0; i < len(shapes); {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := stats.ShowInfo(ctx, filepath.Join(e.Path("lib"), shapes[i].id+".sock"))
+		_, err := haproxytest.ShowInfo(ctx, filepath.Join(e.Path("lib"), shapes[i].id+".sock"))
 		cancel()
 		if err == nil {
 			i++

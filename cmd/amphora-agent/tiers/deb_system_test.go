@@ -207,7 +207,7 @@ func checkDebContents(t *testing.T, deb string) {
 		debDebianMasquerade:                {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
 	}
 	// The names the binary answers to (package cli) are the links it ships.
-	for _, alias := range cli.Aliases() {
+	for alias := range cli.Aliases {
 		want["/usr/local/bin/"+alias] = debEntry{mode: "lrwxrwxrwx", link: "amphora-agent"}
 	}
 	for _, name := range debManualLinks {
@@ -375,7 +375,7 @@ func checkInstalled(t *testing.T, root string, in func(time.Duration, ...string)
 	if st, err := os.Lstat(bin); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o755 {
 		t.Errorf("installed binary: %v, want a regular file with mode 0755", err)
 	}
-	for _, alias := range cli.Aliases() {
+	for alias := range cli.Aliases {
 		if l, err := os.Readlink(filepath.Join(root, "usr/local/bin", alias)); l != "amphora-agent" {
 			t.Errorf("/usr/local/bin/%s -> %q (%v), want amphora-agent", alias, l, err)
 		}
@@ -419,7 +419,7 @@ func checkInstalled(t *testing.T, root string, in func(time.Duration, ...string)
 	}
 	// A link must run its subcommand: same answer as the subcommand itself
 	// (the agent's own usage if the name were not recognised).
-	for _, alias := range cli.Aliases() {
+	for alias := range cli.Aliases {
 		sub := cli.ArgsFor([]string{alias})[0]
 		args := []string{"--help"}
 		lo, le, lerr := tryFor(10*time.Second, "chroot", append([]string{root, "/usr/local/bin/" + alias}, args...)...)

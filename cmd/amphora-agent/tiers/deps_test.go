@@ -50,6 +50,12 @@ var layerRules = []layerRule{
 		deny: []string{"..."},
 	},
 	{
+		// Package health's own tests read what it sends with it.
+		why:  "the tests' heartbeat reader imports nothing of this module",
+		from: []string{"agent/health/healthtest"},
+		deny: []string{"..."},
+	},
+	{
 		// Package version lookups run commands like everyone else, and
 		// interface counters come from netns's one link listing.
 		why:   "host facts import only the command runner and netns",
@@ -68,6 +74,14 @@ var layerRules = []layerRule{
 		allow: []string{"golang.org/x/sys/unix", "haproxy/stats/haproxytest"},
 	},
 	{
+		// What a receiving SCTP stack checks, for the probe's tests and
+		// the tier tests' SCTP peer.
+		why:   "the SCTP probe's packet checker imports only the probe and the standard library",
+		from:  []string{"keepalived/sctpcheck/sctpchecktest"},
+		deny:  []string{"...", "non-std"},
+		allow: []string{"keepalived/sctpcheck"},
+	},
+	{
 		why:   "the stats client imports only its socket engine",
 		from:  []string{"haproxy/stats"},
 		deny:  []string{"..."},
@@ -76,11 +90,19 @@ var layerRules = []layerRule{
 	{
 		// Everything reads the configuration and tests everywhere make
 		// certificates, so neither may lean on anything above it; the
-		// shared test kit imports nothing either.
+		// shared test kit imports nothing either, nor configtest beyond
+		// the configuration (the configuration's tests check configtest's
+		// guard against the option table, their own test code).
 		why:   "the configuration and the dev PKI import nothing of this module",
 		from:  []string{"agent/config", "certs/devpki"},
 		deny:  []string{"..."},
-		allow: []string{"agent/testkit"},
+		allow: []string{"agent/testkit", "agent/config/configtest"},
+	},
+	{
+		why:   "the configuration's test helper imports only the configuration",
+		from:  []string{"agent/config/configtest"},
+		deny:  []string{"..."},
+		allow: []string{"agent/config"},
 	},
 	{
 		// The supervision core writes its state atomically, reads pid

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
@@ -135,7 +136,7 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 	for i, r := range reports {
 		m := msgs[i]
 		// unwrap_envelope decoded what Go decoded.
-		ours, _, err := health.Unwrap(datagrams[i], key)
+		ours, _, err := healthtest.Unwrap(datagrams[i], key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
@@ -193,7 +194,7 @@ func (r *hbReceiver) medianSpacing(gaps int, key string) (time.Duration, []time.
 			r.t.Fatalf("only %d heartbeats arrived; want %d to measure their spacing", len(stamps), gaps+1)
 		}
 		stamps = append(stamps, time.Now())
-		if _, err := health.Decode(d, key); err != nil {
+		if _, err := healthtest.Decode[health.Message](d, key); err != nil {
 			r.t.Fatalf("heartbeat does not verify with key %q: %v", key, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 )
 
 // hbIDs are the Octavia objects of the heartbeat tests' load balancer.
@@ -85,7 +86,7 @@ func (r *hbReceiver) nextMessage(deadline time.Time, key string) (health.Message
 	if d == nil {
 		return health.Message{}, false
 	}
-	m, err := health.Decode(d, key)
+	m, err := healthtest.Decode[health.Message](d, key)
 	if err != nil {
 		r.t.Fatalf("heartbeat does not verify with key %q: %v", key, err)
 	}
@@ -104,7 +105,7 @@ func (r *hbReceiver) waitFor(timeout time.Duration, key, what string, cond func(
 		if d == nil {
 			r.t.Fatalf("no heartbeat with %s within %v; last one: %+v", what, timeout, last)
 		}
-		m, err := health.Decode(d, key)
+		m, err := healthtest.Decode[health.Message](d, key)
 		if err != nil {
 			r.t.Fatalf("heartbeat does not verify with key %q: %v", key, err)
 		}

@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/agent/metrics"
 	"github.com/amphora-agent/amphora-agent/agent/metrics/metricstest"
 	"github.com/amphora-agent/amphora-agent/agent/status"
@@ -830,7 +831,7 @@ func TestHostileSecondAgentChangesNothing(t *testing.T) {
 		if d == nil {
 			t.Fatalf("no heartbeat after seq %d within %v", seq, hbWait)
 		}
-		m, err := health.Decode(d, key)
+		m, err := healthtest.Decode[health.Message](d, key)
 		if err != nil {
 			t.Fatal(err)
 		}

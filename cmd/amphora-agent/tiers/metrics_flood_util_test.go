@@ -24,6 +24,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/metrics/metricstest"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/netns"
+	"github.com/amphora-agent/amphora-agent/netns/netnstest"
 )
 
 // Helpers of the metrics floods in the hostile suite: an agent whose metrics endpoint is open in its namespace, fake
@@ -186,7 +187,7 @@ func (r *metricsRig) scrape(timeout time.Duration) (int, error) {
 	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return netns.Dial(ctx, r.ns, network, addr)
+			return netnstest.Dial(ctx, r.ns, network, addr)
 		}}}
 	resp, err := client.Get("http://127.0.0.1:9102/metrics")
 	if err != nil {

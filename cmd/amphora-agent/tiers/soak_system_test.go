@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/agent/status"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
@@ -482,7 +483,7 @@ func (s *soak) heartbeats(done chan struct{}) {
 			continue
 		}
 		now := time.Now()
-		if _, err := health.Decode(buf[:n], "insecure"); err != nil {
+		if _, err := healthtest.Decode[health.Message](buf[:n], "insecure"); err != nil {
 			s.fail("heartbeat does not decode: %v", err)
 			continue
 		}

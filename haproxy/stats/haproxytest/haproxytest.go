@@ -111,7 +111,7 @@ func Start(t testing.TB, o Options) *Process {
 	})
 	if o.StatsSocket != "" {
 		p.waitFor(15*time.Second, "the stats socket", func() bool {
-			_, err := stats.ShowInfo(context.Background(), o.StatsSocket)
+			_, err := ShowInfo(context.Background(), o.StatsSocket)
 			return err == nil
 		})
 	}

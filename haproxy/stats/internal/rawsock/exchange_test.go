@@ -99,17 +99,17 @@ func TestPacedExchange(t *testing.T) {
 		}
 		return "# pxname,svname,status\nfe,FRONTEND,OPEN\n", false
 	})
-	run := func(ctx context.Context, cmd string) (string, error, time.Duration) {
+	run := func(ctx context.Context, cmd string) (string, time.Duration, error) {
 		start := time.Now()
 		out, err := exchange(ctx, f.Path, cmd, true)
-		return out, err, time.Since(start)
+		return out, time.Since(start), err
 	}
 
 	// The end is compared with the deadline itself: a stopwatch started
 	// after the context was made measures less than the time it allows.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	deadline, _ := ctx.Deadline()
-	out, err, took := run(ctx, "hang")
+	out, took, err := run(ctx, "hang")
 	ended := time.Now()
 	cancel()
 	if !timedOut(err) || out != "" {
@@ -121,15 +121,15 @@ func TestPacedExchange(t *testing.T) {
 
 	ctx, cancel = context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	out, err, took = run(ctx, "hang")
+	out, took, err = run(ctx, "hang")
 	if !errors.Is(err, context.Canceled) || out != "" || took > 2*time.Second {
 		t.Errorf("cancelled: %q, %v after %v; want context.Canceled at once", out, err, took)
 	}
 
-	if out, err, _ = run(context.Background(), "nothing"); err != nil || out != "" {
+	if out, _, err = run(context.Background(), "nothing"); err != nil || out != "" {
 		t.Errorf("closed without answering: %q, %v; want an empty answer", out, err)
 	}
-	if out, err, _ = run(context.Background(), "show stat"); err != nil || out != "# pxname,svname,status\nfe,FRONTEND,OPEN\n" {
+	if out, _, err = run(context.Background(), "show stat"); err != nil || out != "# pxname,svname,status\nfe,FRONTEND,OPEN\n" {
 		t.Errorf("show stat: %q, %v", out, err)
 	}
 

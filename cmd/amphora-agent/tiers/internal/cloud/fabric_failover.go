@@ -196,7 +196,7 @@ func (f *Fabric) createPort(a createPortCall) (any, error) {
 	}
 	var want []ipRequest
 	for _, ip := range a.FixedIPs {
-		want = append(want, ipRequest{SubnetID: ip.SubnetID, IPAddress: ip.IPAddress})
+		want = append(want, ipRequest(ip))
 	}
 	if len(want) == 0 && len(n.Subnets) > 0 {
 		want = []ipRequest{{SubnetID: n.Subnets[0]}}

@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -38,7 +39,10 @@ func serveFabric(t *testing.T, f *Fabric) *http.Client {
 	}
 	t.Cleanup(func() { l.Close() })
 	go f.Serve(l)
-	return &http.Client{Transport: &http.Transport{Dial: func(string, string) (net.Conn, error) { return net.Dial("unix", sock) }}}
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", sock)
+	}}}
 }
 
 // TestFabricCreateFlowCalls walks the calls Octavia's create and delete

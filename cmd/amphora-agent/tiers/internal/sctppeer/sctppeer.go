@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amphora-agent/amphora-agent/keepalived/sctpcheck"
+	"github.com/amphora-agent/amphora-agent/keepalived/sctpcheck/sctpchecktest"
 )
 
 // Chunk types (RFC 9260 §3.2) beyond the probe's.
@@ -68,7 +69,7 @@ type packet struct {
 // packet with a good checksum.
 func parse(data []byte, ipv4 bool) (packet, bool) {
 	p := sctpcheck.Strip(data, ipv4)
-	if p == nil || !sctpcheck.ChecksumOK(p) {
+	if p == nil || !sctpchecktest.ChecksumOK(p) {
 		return packet{}, false
 	}
 	pk := packet{
