@@ -3,6 +3,7 @@ package memtrim
 import (
 	"context"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"slices"
 	"sync"
@@ -142,7 +143,12 @@ func TestPeriodicWaitsForQuiet(t *testing.T) {
 // under the runtime's 4 MiB heap goal: above it the runtime returns the
 // excess itself.
 func TestReclaimableAndRelease(t *testing.T) {
+	// No collection but the trim's own: one set off by the allocations
+	// below, and the scavenger after it, would return the dropped memory
+	// before it is measured (under 1 MiB left of 3 once, under -race).
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	runtime.GC()
+	const dropped = 12 * 256 << 10
 	var keep [][]byte
 	for range 12 {
 		keep = append(keep, make([]byte, 256<<10))
@@ -156,8 +162,12 @@ func TestReclaimableAndRelease(t *testing.T) {
 	tr := New(Options{})
 	tr.try()
 	after := Reclaimable()
-	if after > before/4 {
-		t.Fatalf("reclaimable %d bytes before the trim, %d after", before, after)
+	// What the trim took back is measured against what the test dropped,
+	// not against what is left: the room in partly used spans stays
+	// reclaimable (1.2 MiB of 4.4 once, under -race -shuffle beside busy
+	// loops).
+	if after > before || before-after < dropped*3/4 {
+		t.Fatalf("reclaimable %d bytes before the trim, %d after: want the %d dropped (at least 3/4) gone", before, after, dropped)
 	}
 	t.Logf("reclaimable %d KiB before, %d KiB after", before>>10, after>>10)
 }
