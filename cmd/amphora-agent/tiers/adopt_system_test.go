@@ -22,8 +22,11 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vrrputil"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
 
@@ -108,11 +111,11 @@ func TestHAProxyAdoptedWhileItsMasterIsStopped(t *testing.T) {
 	lb, hm, env, _ := startHBLoadBalancer(t, "adopt", 1)
 	base := env.Path("lib")
 	const key = "insecure"
-	cfgPath := filepath.Join(base, hbLB, "haproxy.cfg")
-	hm.waitFor(hbWait, key, "the listener OPEN", func(m health.Message) bool {
-		return m.Listeners[hbListener].Status == "OPEN"
+	cfgPath := filepath.Join(base, hbutil.LB, "haproxy.cfg")
+	hm.WaitFor(hbutil.Wait, key, "the listener OPEN", func(m health.Message) bool {
+		return m.Listeners[hbutil.Listener].Status == "OPEN"
 	})
-	master, err := pidfile.Read(filepath.Join(base, hbLB, hbLB+".pid"))
+	master, err := pidfile.Read(filepath.Join(base, hbutil.LB, hbutil.LB+".pid"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +131,7 @@ func TestHAProxyAdoptedWhileItsMasterIsStopped(t *testing.T) {
 		defer close(loopDone)
 		c := lb.HTTPClient(false)
 		for ctx.Err() == nil {
-			if _, err := getMember(c, lb.URL(80, "/"), "X-Unused"); err != nil {
+			if _, err := tiersutil.GetMember(c, lb.URL(80, "/"), "X-Unused"); err != nil {
 				failed.Add(1)
 				lastFail.Store(err.Error())
 			} else {
@@ -148,7 +151,7 @@ func TestHAProxyAdoptedWhileItsMasterIsStopped(t *testing.T) {
 
 	// The master is stopped once its start is over (it re-executes itself
 	// after starting its worker): then it answers, and after the stop not.
-	sock := filepath.Join(base, hbLB, "master.sock")
+	sock := filepath.Join(base, hbutil.LB, "master.sock")
 	masterAnswers := func(wait time.Duration) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
@@ -169,7 +172,7 @@ func TestHAProxyAdoptedWhileItsMasterIsStopped(t *testing.T) {
 
 	defer func() {
 		if t.Failed() {
-			out, _ := os.ReadFile(filepath.Join(base, hbLB, "haproxy.log"))
+			out, _ := os.ReadFile(filepath.Join(base, hbutil.LB, "haproxy.log"))
 			t.Logf("the last agent's output:\n%s\nHAProxy's:\n%s", env.Output(), out)
 		}
 	}()
@@ -218,7 +221,7 @@ func TestHAProxyAdoptedWhileItsMasterIsStopped(t *testing.T) {
 	}
 	// Heartbeats sent before the kill -9 may wait in the socket: drop
 	// what is queued, so that what follows is the last agent's.
-	for hm.next(time.Now().Add(20*time.Millisecond)) != nil {
+	for hm.Next(time.Now().Add(20*time.Millisecond)) != nil {
 	}
 
 	if err := syscall.Kill(master, syscall.SIGCONT); err != nil {
@@ -228,8 +231,8 @@ func TestHAProxyAdoptedWhileItsMasterIsStopped(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "the adopted master answering", func() bool {
 		return env.Count("adopted HAProxy answers now") > 0
 	})
-	m, _ := hm.waitFor(hbWait, key, "the listener OPEN from the last agent", func(m health.Message) bool {
-		return m.Listeners[hbListener].Status == "OPEN"
+	m, _ := hm.WaitFor(hbutil.Wait, key, "the listener OPEN from the last agent", func(m health.Message) bool {
+		return m.Listeners[hbutil.Listener].Status == "OPEN"
 	})
 	// Every held connection is served after the master runs again.
 	after := make([]int64, len(conns))
@@ -259,7 +262,7 @@ func TestHAProxyAdoptedWhileItsMasterIsStopped(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed, the last: %v", failed.Load(), failed.Load()+ok.Load(), lastFail.Load())
 	}
-	if out, _ := os.ReadFile(filepath.Join(base, hbLB, "haproxy.log")); bytes.Contains(out, []byte("Reloading")) {
+	if out, _ := os.ReadFile(filepath.Join(base, hbutil.LB, "haproxy.log")); bytes.Contains(out, []byte("Reloading")) {
 		t.Fatalf("HAProxy reloaded:\n%s", out)
 	}
 	if got := mainsOf("haproxy", cfgPath); !slices.Equal(got, []int{master}) {
@@ -309,12 +312,12 @@ func TestKeepalivedAdoptedWhileStopped(t *testing.T) {
 	if _, err := os.Stat("/usr/sbin/keepalived"); err != nil {
 		t.Skip("keepalived is not installed (make test installs it)")
 	}
-	a := newVRRPAmp(t, "ad", "203.0.113.6", 100)
+	a := vrrputil.NewAmp(t, "ad", "203.0.113.6", 100)
 	peer := topo.NewNamespace(t, "vrad")
-	topo.Link(t, a.ns, "eth1", []string{a.addr + "/24"}, peer, "eth1", []string{"203.0.113.7/24"})
-	cfgPath, pid := a.startKeepalived(t, "203.0.113.7")
-	e := a.env
-	logPath := filepath.Join(a.base(), "vrrp", "octavia-keepalived.log")
+	topo.Link(t, a.NS, "eth1", []string{a.Addr + "/24"}, peer, "eth1", []string{"203.0.113.7/24"})
+	cfgPath, pid := a.StartKeepalived(t, "203.0.113.7")
+	e := a.Env
+	logPath := filepath.Join(a.Base(), "vrrp", "octavia-keepalived.log")
 	before, _ := os.ReadFile(logPath)
 
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {

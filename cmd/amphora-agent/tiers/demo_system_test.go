@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
 
@@ -65,70 +67,70 @@ func TestDemo(t *testing.T) {
 	d := &demo{t: t, start: time.Now()}
 	n := newNetTopology(t)
 	const member2 = "198.51.100.3"
-	if out, err := exec.Command("ip", "-n", n.member.Name, "addr", "add", member2+"/24", "dev", "eth0").CombinedOutput(); err != nil {
+	if out, err := exec.Command("ip", "-n", n.Member.Name, "addr", "add", member2+"/24", "dev", "eth0").CombinedOutput(); err != nil {
 		t.Fatalf("second member address: %v %s", err, out)
 	}
 	servers := []*topo.Server{
-		n.member.ServeHTTP(t, net.JoinHostPort(netMember, "80"), topo.MemberHandler("member-1")),
-		n.member.ServeHTTP(t, net.JoinHostPort(member2, "80"), topo.MemberHandler("member-2")),
+		n.Member.ServeHTTP(t, net.JoinHostPort(tiersutil.NetMember, "80"), topo.MemberHandler("member-1")),
+		n.Member.ServeHTTP(t, net.JoinHostPort(member2, "80"), topo.MemberHandler("member-2")),
 	}
 	d.say("topology: client namespace %s (203.0.113.100), member namespace %s (member-1 %s:80, member-2 %s:80); the amphora namespace %s is the agent's to make",
-		n.client.Name, n.member.Name, netMember, member2, n.amp.Name)
+		n.Client.Name, n.Member.Name, tiersutil.NetMember, member2, n.Amp.Name)
 
-	hm := newHBReceiver(t)
+	hm := hbutil.NewReceiver(t)
 	const key = "demo-key"
-	n.env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = %s\n",
-		n.amp.Name, hm.addr(), key)
-	base := n.env.Path("lib")
-	watchHAProxy(t, filepath.Join(base, hbLB, hbLB+".pid"))
-	n.env.Start()
-	d.say("agent started: pid %d, API https://%s (mutual TLS), heartbeats every 1 s to the health manager at %s", n.env.Pid(), n.env.Addr(), hm.addr())
+	n.Env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = %s\n",
+		n.Amp.Name, hm.Addr(), key)
+	base := n.Env.Path("lib")
+	tiersutil.WatchHAProxy(t, filepath.Join(base, hbutil.LB, hbutil.LB+".pid"))
+	n.Env.Start()
+	d.say("agent started: pid %d, API https://%s (mutual TLS), heartbeats every 1 s to the health manager at %s", n.Env.Pid(), n.Env.Addr(), hm.Addr())
 
-	d.call(n.env, "POST", "/1.0/plug/vip/"+netVIP, []byte(fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": null, "mac_address": %q, "vrrp_ip": %q, "host_routes": []}`,
-		n.vipNIC.A.MAC, netVRRP)), 202)
-	d.call(n.env, "POST", "/1.0/plug/network", []byte(fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q, "subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}]}`,
-		n.memNIC.A.MAC, netMemberIP)), 202)
+	d.call(n.Env, "POST", "/1.0/plug/vip/"+tiersutil.NetVIP, []byte(fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": null, "mac_address": %q, "vrrp_ip": %q, "host_routes": []}`,
+		n.VIPNIC.A.MAC, tiersutil.NetVRRP)), 202)
+	d.call(n.Env, "POST", "/1.0/plug/network", []byte(fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q, "subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}]}`,
+		n.MemNIC.A.MAC, tiersutil.NetMemberIP)), 202)
 
-	members := []hbMember{
-		{ID: "e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", Addr: net.JoinHostPort(netMember, "80"), Weight: 1, Check: true},
+	members := []hbutil.Member{
+		{ID: "e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", Addr: net.JoinHostPort(tiersutil.NetMember, "80"), Weight: 1, Check: true},
 		{ID: "f2b3c4d5-e6f7-4081-9203-b4c5d6e7f809", Addr: net.JoinHostPort(member2, "80"), Weight: 1, Check: true},
 	}
 	names := map[string]string{members[0].ID: "member-1", members[1].ID: "member-2"}
-	cfg := hbConfig(t, base, net.JoinHostPort(netVIP, "80"), members)
-	d.call(n.env, "PUT", "/1.0/loadbalancer/"+n.env.AmphoraID+"/"+hbLB+"/haproxy", []byte(cfg), 202)
-	d.call(n.env, "PUT", "/1.0/loadbalancer/"+hbLB+"/start", nil, 202)
+	cfg := hbutil.Config(t, base, net.JoinHostPort(tiersutil.NetVIP, "80"), members)
+	d.call(n.Env, "PUT", "/1.0/loadbalancer/"+n.Env.AmphoraID+"/"+hbutil.LB+"/haproxy", []byte(cfg), 202)
+	d.call(n.Env, "PUT", "/1.0/loadbalancer/"+hbutil.LB+"/start", nil, 202)
 
 	// Traffic through the VIP from the client namespace, answers counted.
-	client := n.client.HTTPClient(false)
-	url := "http://" + net.JoinHostPort(netVIP, "80") + "/"
+	client := n.Client.HTTPClient(false)
+	url := "http://" + net.JoinHostPort(tiersutil.NetVIP, "80") + "/"
 	count := func(requests int) map[string]int {
 		got := map[string]int{}
 		for range requests {
-			who, err := getMember(client, url, "X-Member")
+			who, err := tiersutil.GetMember(client, url, "X-Member")
 			if err != nil {
-				t.Fatalf("request through the VIP: %v\n%s", err, n.env.Output())
+				t.Fatalf("request through the VIP: %v\n%s", err, n.Env.Output())
 			}
 			got[who]++
 		}
 		return got
 	}
-	testenv.WaitFor(t, 10*time.Second, "the VIP answering", func() bool { _, err := getMember(client, url, "X-Member"); return err == nil })
+	testenv.WaitFor(t, 10*time.Second, "the VIP answering", func() bool { _, err := tiersutil.GetMember(client, url, "X-Member"); return err == nil })
 	got := count(40)
 	d.say("client: 40 requests to %s answered by member-1 %d times, member-2 %d times", url, got["member-1"], got["member-2"])
 	if got["member-1"] == 0 || got["member-2"] == 0 {
 		t.Fatalf("both members should answer: %v", got)
 	}
-	m, _ := hm.waitFor(hbWait, key, "both members UP", func(m health.Message) bool {
+	m, _ := hm.WaitFor(hbutil.Wait, key, "both members UP", func(m health.Message) bool {
 		return demoMembers(m, names) == "member-1 UP, member-2 UP"
 	})
-	d.say("health manager: heartbeat seq %d: listener %s, members %s", m.Seq, m.Listeners[hbListener].Status, demoMembers(m, names))
+	d.say("health manager: heartbeat seq %d: listener %s, members %s", m.Seq, m.Listeners[hbutil.Listener].Status, demoMembers(m, names))
 
 	// A member stops: HAProxy's check marks it down, the heartbeat says so.
 	if err := servers[0].Stop(); err != nil {
 		t.Fatal(err)
 	}
 	d.say("member-1 stopped")
-	m, _ = hm.waitFor(hbWait, key, "member-1 DOWN", func(m health.Message) bool {
+	m, _ = hm.WaitFor(hbutil.Wait, key, "member-1 DOWN", func(m health.Message) bool {
 		return strings.HasPrefix(demoMembers(m, names), "member-1 DOWN")
 	})
 	d.say("health manager: heartbeat seq %d: members %s", m.Seq, demoMembers(m, names))
@@ -137,7 +139,7 @@ func TestDemo(t *testing.T) {
 	if err := servers[0].Start(); err != nil {
 		t.Fatal(err)
 	}
-	m, _ = hm.waitFor(hbWait, key, "member-1 UP again", func(m health.Message) bool {
+	m, _ = hm.WaitFor(hbutil.Wait, key, "member-1 UP again", func(m health.Message) bool {
 		return demoMembers(m, names) == "member-1 UP, member-2 UP"
 	})
 	d.say("member-1 started again; heartbeat seq %d: members %s", m.Seq, demoMembers(m, names))
@@ -151,9 +153,9 @@ func TestDemo(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := n.client.HTTPClient(true)
+			c := n.Client.HTTPClient(true)
 			for ctx.Err() == nil {
-				if _, err := getMember(c, url, "X-Member"); err != nil {
+				if _, err := tiersutil.GetMember(c, url, "X-Member"); err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
 					continue
@@ -163,7 +165,7 @@ func TestDemo(t *testing.T) {
 		}()
 	}
 	for range 3 {
-		d.call(n.env, "PUT", "/1.0/loadbalancer/"+hbLB+"/reload", nil, 202)
+		d.call(n.Env, "PUT", "/1.0/loadbalancer/"+hbutil.LB+"/reload", nil, 202)
 	}
 	stop()
 	wg.Wait()
@@ -172,12 +174,12 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("%d requests failed during the reloads (first: %v), %d ok", failed.Load(), firstErr.Load(), ok.Load())
 	}
 
-	out, err := exec.Command(testenv.Binary(t), "status", "--config-file", n.env.ConfigPath).CombinedOutput()
+	out, err := exec.Command(testenv.Binary(t), "status", "--config-file", n.Env.ConfigPath).CombinedOutput()
 	if err != nil {
 		t.Fatalf("amphora-agent status: %v\n%s", err, out)
 	}
 	d.say("amphora-agent status:\n%s", out)
-	d.call(n.env, "DELETE", "/1.0/listeners/"+hbLB, nil, 200)
+	d.call(n.Env, "DELETE", "/1.0/listeners/"+hbutil.LB, nil, 200)
 	d.say("done; the agent, its namespace and the test namespaces are removed now")
 	fmt.Fprintln(os.Stdout)
 }

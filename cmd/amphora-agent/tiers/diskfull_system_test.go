@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vrrputil"
 )
 
 // onTmpfs moves an Env's folder onto a tmpfs of size bytes, so a test can
@@ -121,9 +123,9 @@ func startedOnTmpfs(t *testing.T, lb, bind string) (*testenv.Env, string) {
 	e := testenv.New(t)
 	onTmpfs(t, e, 8<<20)
 	base := e.Path("lib")
-	killDaemonsOf(t, "haproxy", filepath.Join(base, lb, "haproxy.cfg"))
+	tiersutil.KillDaemonsOf(t, "haproxy", filepath.Join(base, lb, "haproxy.cfg"))
 	e.Start()
-	cfg := plainLBConfig(base, lb, "127.0.0.1:8081", bind)
+	cfg := tiersutil.PlainLBConfig(base, lb, "127.0.0.1:8081", bind)
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+lb+"/haproxy", []byte(cfg)); status != 202 {
 		t.Fatalf("upload: %d %s", status, body)
 	}
@@ -141,9 +143,9 @@ func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
 	const lb = "d1d2d3d4-0000-4000-8000-00000000f011"
 	e, cfg := startedOnTmpfs(t, lb, "127.0.0.1:8443")
 	base := e.Path("lib")
-	hap := watchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
-	master := hap.master()
-	if master == 0 || !isHAProxy(master) {
+	hap := tiersutil.WatchHAProxy(t, filepath.Join(base, lb, lb+".pid"))
+	master := hap.Master()
+	if master == 0 || !tiersutil.IsHAProxy(master) {
 		t.Fatalf("no HAProxy running after start (pid %d)", master)
 	}
 
@@ -159,7 +161,7 @@ func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
 	}{
 		{"PUT", "/1.0/config", e.Config()},
 		{"PUT", "/1.0/certificate", string(newCert.Combined())},
-		{"PUT", "/1.0/loadbalancer/" + e.AmphoraID + "/" + lb2 + "/haproxy", plainLBConfig(base, lb2, "127.0.0.1:8081", "127.0.0.1:8444")},
+		{"PUT", "/1.0/loadbalancer/" + e.AmphoraID + "/" + lb2 + "/haproxy", tiersutil.PlainLBConfig(base, lb2, "127.0.0.1:8081", "127.0.0.1:8444")},
 		{"PUT", "/1.0/loadbalancer/" + e.AmphoraID + "/" + lb + "/haproxy", cfg + "# changed\n"},
 		{"PUT", "/1.0/loadbalancer/" + lb + "/certificates/x.pem", "pem"},
 		{"PUT", "/1.0/vrrp/upload", "vrrp_instance x {\n}\n"},
@@ -177,7 +179,7 @@ func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
 	if status != 500 || !strings.Contains(string(body), "HAProxy stopped") || !namesFullDisk(body) {
 		t.Errorf("stop on a full disk: %d %s", status, body)
 	}
-	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return !isHAProxy(master) })
+	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return !tiersutil.IsHAProxy(master) })
 
 	// Reads still answer.
 	if status, _, body := e.Do("GET", "/1.0/listeners", nil); status != 200 {
@@ -190,21 +192,21 @@ func TestFullDiskIsNamedInEveryAnswer(t *testing.T) {
 // and the port stays where it was.
 func TestFullDiskPlugAnswers(t *testing.T) {
 	n := newNetTopology(t)
-	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\n", n.amp.Name)
-	onTmpfs(t, n.env, 8<<20)
-	n.env.Start()
-	e := n.env
-	vipBody := fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q, "vrrp_ip": %q}`, n.vipNIC.A.MAC, netVRRP)
-	if status, _, body := e.Do("POST", "/1.0/plug/vip/"+netVIP, []byte(vipBody)); status != 202 {
+	n.Env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\n", n.Amp.Name)
+	onTmpfs(t, n.Env, 8<<20)
+	n.Env.Start()
+	e := n.Env
+	vipBody := fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q, "vrrp_ip": %q}`, n.VIPNIC.A.MAC, tiersutil.NetVRRP)
+	if status, _, body := e.Do("POST", "/1.0/plug/vip/"+tiersutil.NetVIP, []byte(vipBody)); status != 202 {
 		t.Fatalf("plug vip: %d %s\n%s", status, body, e.Output())
 	}
 
 	fill(t, e.Dir)
 	memberBody := fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q, "subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}]}`,
-		n.memNIC.A.MAC, netMemberIP)
+		n.MemNIC.A.MAC, tiersutil.NetMemberIP)
 	for _, c := range []struct{ method, path, body string }{
 		{"POST", "/1.0/plug/network", memberBody},
-		{"PUT", "/1.0/interface/" + netVRRP + "/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`},
+		{"PUT", "/1.0/interface/" + tiersutil.NetVRRP + "/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`},
 	} {
 		status, ctype, body := e.Do(c.method, c.path, []byte(c.body))
 		if status != 500 || ctype != "application/json" || !namesFullDisk(body) {
@@ -212,7 +214,7 @@ func TestFullDiskPlugAnswers(t *testing.T) {
 		}
 	}
 	// The member port was not moved into the namespace.
-	if out, err := exec.Command("ip", "-n", n.amp.Name, "-o", "link").CombinedOutput(); err != nil || strings.Contains(string(out), n.memNIC.A.MAC) {
+	if out, err := exec.Command("ip", "-n", n.Amp.Name, "-o", "link").CombinedOutput(); err != nil || strings.Contains(string(out), n.MemNIC.A.MAC) {
 		t.Errorf("member port in the namespace after the refused plug: %v\n%s", err, out)
 	}
 }
@@ -232,7 +234,7 @@ func TestFullDiskStartLeavesNoStrayHAProxy(t *testing.T) {
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+lb+"/stop", nil); status != 500 {
 		t.Fatalf("stop on a full disk: %d %s", status, body)
 	}
-	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return len(daemonsOf("haproxy", cfgPath)) == 0 })
+	testenv.WaitFor(t, 10*time.Second, "HAProxy to stop", func() bool { return len(tiersutil.DaemonsOf("haproxy", cfgPath)) == 0 })
 	// Fill again: the stop freed the pid file's and the socket's pages.
 	fill(t, e.Dir)
 
@@ -255,33 +257,10 @@ func TestFullDiskStartLeavesNoStrayHAProxy(t *testing.T) {
 	}
 }
 
-// daemonsOf lists the processes named comm (main processes and their
-// children) that run the config at cfgPath, found by scanning /proc, not
-// through any pid file.
-func daemonsOf(comm, cfgPath string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		name, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if err != nil || strings.TrimSpace(string(name)) != comm {
-			continue
-		}
-		args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err == nil && strings.Contains(string(args), "\x00-f\x00"+cfgPath+"\x00") {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// mainsOf is daemonsOf without the children: the processes whose parent
+// mainsOf is tiersutil.DaemonsOf without the children: the processes whose parent
 // is not one of them (HAProxy's masters, keepalived's main processes).
 func mainsOf(comm, cfgPath string) []int {
-	all := daemonsOf(comm, cfgPath)
+	all := tiersutil.DaemonsOf(comm, cfgPath)
 	var mains []int
 	for _, pid := range all {
 		if !slices.Contains(all, parentOf(pid)) {
@@ -296,24 +275,11 @@ func mainsOf(comm, cfgPath string) []int {
 func noneRuns(t *testing.T, e *testenv.Env, comm, cfgPath string) {
 	t.Helper()
 	for i := 0; i < 20; i++ {
-		if pids := daemonsOf(comm, cfgPath); len(pids) > 0 {
+		if pids := tiersutil.DaemonsOf(comm, cfgPath); len(pids) > 0 {
 			t.Fatalf("%s running %s on a full disk: %s\n%s", comm, cfgPath, describePids(pids), e.Output())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// killDaemonsOf kills, when the test ends, whatever runs cfgPath (only
-// this test's: the path is on its own tmpfs). Call it after onTmpfs and
-// before the agent starts, so it runs after the agent stopped (nothing
-// restarts what it kills) and before the unmount, even when the test
-// fails half way.
-func killDaemonsOf(t *testing.T, comm, cfgPath string) {
-	t.Cleanup(func() {
-		for _, pid := range daemonsOf(comm, cfgPath) {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
 }
 
 // describePids names each process with its parent and state, to tell a
@@ -360,12 +326,12 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 	if _, err := os.Stat("/usr/sbin/keepalived"); err != nil {
 		t.Skip("keepalived is not installed (make test installs it)")
 	}
-	a := newVRRPAmp(t, "fd", "203.0.113.4", 100)
+	a := vrrputil.NewAmp(t, "fd", "203.0.113.4", 100)
 	peer := topo.NewNamespace(t, "vrfd")
-	topo.Link(t, a.ns, "eth1", []string{a.addr + "/24"}, peer, "eth1", []string{"203.0.113.5/24"})
-	onTmpfs(t, a.env, 8<<20)
-	cfgPath, pid := a.startKeepalived(t, "203.0.113.5")
-	e := a.env
+	topo.Link(t, a.NS, "eth1", []string{a.Addr + "/24"}, peer, "eth1", []string{"203.0.113.5/24"})
+	onTmpfs(t, a.Env, 8<<20)
+	cfgPath, pid := a.StartKeepalived(t, "203.0.113.5")
+	e := a.Env
 
 	// Gone while the agent was down (as after a reboot), and the disk
 	// full when it comes back: it wants keepalived running but has no
@@ -377,9 +343,9 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 	// it by tens of milliseconds under load and would be taken for one
 	// the agent started on the full disk.
 	testenv.WaitFor(t, 10*time.Second, "keepalived and its children to die", func() bool {
-		return len(daemonsOf("keepalived", cfgPath)) == 0
+		return len(tiersutil.DaemonsOf("keepalived", cfgPath)) == 0
 	})
-	old, _ := filepath.Glob(filepath.Join(a.base(), "vrrp", "*.pid"))
+	old, _ := filepath.Glob(filepath.Join(a.Base(), "vrrp", "*.pid"))
 	for _, p := range old {
 		os.Remove(p)
 	}
@@ -395,8 +361,8 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 		t.Fatalf("start with room again: %d %s\n%s", status, body, e.Output())
 	}
 	mains := mainsOf("keepalived", cfgPath)
-	if len(mains) != 1 || mains[0] != a.keepalivedPid() {
-		t.Fatalf("keepalived main processes after the start: %v, pid file names %d", mains, a.keepalivedPid())
+	if len(mains) != 1 || mains[0] != a.KeepalivedPid() {
+		t.Fatalf("keepalived main processes after the start: %v, pid file names %d", mains, a.KeepalivedPid())
 	}
 	restartAdopts(t, e, "keepalived", "keepalived", cfgPath, mains[0])
 
@@ -408,6 +374,6 @@ func TestFullDiskVRRPStartLeavesNoStrayKeepalived(t *testing.T) {
 		t.Errorf("stop on a full disk: %d %s", status, body)
 	}
 	testenv.WaitFor(t, 10*time.Second, "keepalived to stop", func() bool {
-		return len(daemonsOf("keepalived", cfgPath)) == 0
+		return len(tiersutil.DaemonsOf("keepalived", cfgPath)) == 0
 	})
 }

@@ -1,4 +1,4 @@
-//go:build interop || vm
+//go:build interop
 
 // The HAProxy part of the interop tier: the real controller driver
 // (python3-octavia's HaproxyAmphoraLoadBalancerDriver and its
@@ -11,7 +11,6 @@
 package tiers_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha1"
 	"crypto/tls"
@@ -19,12 +18,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -36,34 +33,17 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
 
 const (
-	// The controller uses UUIDs for every object; the frontend, backend
-	// and server names of the rendered config are these ids.
-	hapLB       = "6e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
-	hapListener = "7a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
-	hapPool     = "8b3c4d5e-6f7a-4b8c-9d0e-1f2a3b4c5d6e"
-	hapCert     = "9c4d5e6f-7a8b-4c9d-8e1f-2a3b4c5d6e7f"
-	// hapConnLimit is the listener's connection_limit: HAProxy needs about
-	// 2.5 descriptors per connection and the hard limit here is 20000.
-	hapConnLimit = 1000
-
-	// hapStartTimeout bounds the script's start-up (imports, config,
-	// driver); hapPhaseTimeout one phase (a reload may take up to 30 s,
-	// the client's read timeout is 60 s).
-	hapStartTimeout = 60 * time.Second
-	hapPhaseTimeout = 90 * time.Second
-	hapTrafficWait  = 20 * time.Second
+	hapTrafficWait = 20 * time.Second
 )
 
 var (
-	hapMemberIDs = []string{
-		"a1c2e3f4-0000-4000-8000-00000000a001",
-		"a1c2e3f4-0000-4000-8000-00000000a002",
-	}
 	// The TERMINATED_HTTPS listener, its pool and that pool's members.
 	hapTLSListener  = "b2d3e4f5-0000-4000-8000-00000000b001"
 	hapTLSPool      = "b2d3e4f5-0000-4000-8000-00000000b002"
@@ -73,278 +53,7 @@ var (
 	}
 )
 
-// hapPhase is one JSON line of haproxy_controller_client.py.
-type hapPhase struct {
-	Phase   string          `json:"phase"`
-	Error   string          `json:"error"`
-	Seconds float64         `json:"seconds"`
-	Result  json.RawMessage `json:"result"`
-	Calls   []hapCall       `json:"calls"`
-	HTTP    []hapHTTP       `json:"http"`
-
-	// ready only
-	Driver               string         `json:"driver"`
-	Templater            string         `json:"templater"`
-	TemplaterBaseAmpPath string         `json:"templater_base_amp_path"`
-	TemplaterBaseCrtDir  string         `json:"templater_base_crt_dir"`
-	ControllerConfig     map[string]any `json:"controller_config"`
-}
-
-// hapCall is one call of a driver client method.
-type hapCall struct {
-	Client   string          `json:"client"`
-	Call     string          `json:"call"`
-	Args     []any           `json:"args"`
-	Kwargs   map[string]any  `json:"kwargs"`
-	Raised   *string         `json:"raised"`
-	Returned json.RawMessage `json:"returned"`
-	Seconds  float64         `json:"seconds"`
-	Config   string          `json:"config"` // upload_config only
-}
-
-// hapHTTP is one HTTP attempt of the client's requests session.
-type hapHTTP struct {
-	Client       string  `json:"client"`
-	Method       string  `json:"method"`
-	URL          string  `json:"url"`
-	RequestBytes *int    `json:"request_bytes"`
-	RequestMD5   string  `json:"request_md5"`
-	RequestJSON  any     `json:"request_json"`
-	Status       int     `json:"status"`
-	ContentType  string  `json:"content_type"`
-	ETag         *string `json:"etag"`
-	Body         string  `json:"body"`
-	Raised       string  `json:"raised"`
-	Seconds      float64 `json:"seconds"`
-}
-
-func (h hapHTTP) path() string {
-	if i := strings.Index(h.URL, "://"); i >= 0 {
-		if j := strings.IndexByte(h.URL[i+3:], '/'); j >= 0 {
-			return h.URL[i+3+j:]
-		}
-	}
-	return h.URL
-}
-
-func (h hapHTTP) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", h.Method, h.path())
-	if h.RequestBytes != nil {
-		fmt.Fprintf(&b, " (%d bytes, md5 %s)", *h.RequestBytes, h.RequestMD5)
-	}
-	if h.RequestJSON != nil {
-		fmt.Fprintf(&b, " json %v", h.RequestJSON)
-	}
-	if h.Raised != "" {
-		fmt.Fprintf(&b, " -> raised %s after %.3fs", h.Raised, h.Seconds)
-		return b.String()
-	}
-	fmt.Fprintf(&b, " -> %d %s", h.Status, h.ContentType)
-	if h.ETag != nil {
-		fmt.Fprintf(&b, " ETag %s", *h.ETag)
-	}
-	fmt.Fprintf(&b, " in %.3fs: %s", h.Seconds, h.Body)
-	return b.String()
-}
-
-func (c hapCall) String() string {
-	args := c.Args
-	if len(args) > 0 {
-		args = args[1:] // the amphora
-	}
-	s := fmt.Sprintf("%s.%s%v", c.Client, c.Call, args)
-	if len(c.Kwargs) > 0 {
-		s += fmt.Sprintf(" %v", c.Kwargs)
-	}
-	if c.Raised != nil {
-		return fmt.Sprintf("%s raised %s (%.3fs)", s, *c.Raised, c.Seconds)
-	}
-	ret := string(c.Returned)
-	if len(ret) > 300 {
-		ret = ret[:300] + "..."
-	}
-	return fmt.Sprintf("%s = %s (%.3fs)", s, ret, c.Seconds)
-}
-
-// exchanges renders every HTTP attempt of a phase, one per line.
-func (p hapPhase) exchanges() string {
-	var b strings.Builder
-	for _, h := range p.HTTP {
-		b.WriteString("  " + h.String() + "\n")
-	}
-	return b.String()
-}
-
-func (p hapPhase) callNames() []string {
-	var names []string
-	for _, c := range p.Calls {
-		names = append(names, c.Call)
-	}
-	return names
-}
-
-// hapController runs the script and talks to it phase by phase.
-type hapController struct {
-	t      *testing.T
-	env    *testenv.Env
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	stderr *testenv.SyncBuffer
-	done   chan struct{}
-	phases []hapPhase
-}
-
-func startHAPController(t *testing.T, env *testenv.Env, args ...string) (*hapController, hapPhase) {
-	t.Helper()
-	script := testdataScript(t, "interop", "haproxy_controller_client.py")
-	c := &hapController{t: t, env: env, lines: make(chan string, 16), stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(debianPython, append([]string{script}, args...)...)
-	c.cmd.Env = pythonEnv()
-	c.cmd.Stderr = c.stderr
-	var err error
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(c.lines)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-	}()
-	go func() { c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			c.cmd.Process.Kill()
-			<-c.done
-		}
-	})
-	ready := c.read("ready", hapStartTimeout)
-	return c, ready
-}
-
-// read waits for the next JSON line, which must be the named phase.
-func (c *hapController) read(phase string, timeout time.Duration) hapPhase {
-	c.t.Helper()
-	var line string
-	select {
-	case l, ok := <-c.lines:
-		if !ok {
-			select {
-			case <-c.done:
-			case <-time.After(5 * time.Second):
-			}
-			c.t.Fatalf("controller script ended before reporting phase %q: %v\nstderr:\n%s\nagent output:\n%s",
-				phase, c.cmd.ProcessState, c.stderr.String(), c.env.Output())
-		}
-		line = l
-	case <-time.After(timeout):
-		c.t.Fatalf("controller script did not report phase %q within %v\nstderr:\n%s\nagent output:\n%s",
-			phase, timeout, c.stderr.String(), c.env.Output())
-	}
-	var p hapPhase
-	dec := json.NewDecoder(strings.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		c.t.Fatalf("controller script printed an invalid report for phase %q: %v\n%s", phase, err, line)
-	}
-	if p.Phase != phase {
-		c.t.Fatalf("controller script reported phase %q, want %q\n%s", p.Phase, phase, line)
-	}
-	if p.Error != "" {
-		c.t.Fatalf("phase %q: the controller raised after %.3fs:\n%s\nclient calls:\n%s\nHTTP exchanges:\n%s\ncontroller log (stderr):\n%s\nagent output:\n%s",
-			phase, p.Seconds, p.Error, callLines(p), p.exchanges(), c.stderr.String(), c.env.Output())
-	}
-	return p
-}
-
-// run sends a phase and checks what every phase must satisfy: no client
-// exception except those listed (call name -> exception), no failed or
-// retried HTTP attempt, every 404 a JSON one.
-func (c *hapController) run(phase string, allowRaise map[string]string) hapPhase {
-	c.t.Helper()
-	if _, err := io.WriteString(c.stdin, phase+"\n"); err != nil {
-		c.t.Fatalf("sending phase %q: %v\nstderr:\n%s", phase, err, c.stderr.String())
-	}
-	p := c.read(phase, hapPhaseTimeout)
-	c.phases = append(c.phases, p)
-	c.t.Logf("phase %s: %.3fs\n%s", phase, p.Seconds, p.exchanges())
-	for _, call := range p.Calls {
-		if call.Raised == nil {
-			continue
-		}
-		if want, ok := allowRaise[call.Call]; !ok || want != *call.Raised {
-			c.t.Errorf("phase %s: %s", phase, call)
-		}
-	}
-	for _, h := range p.HTTP {
-		switch {
-		case h.Raised != "":
-			c.t.Errorf("phase %s: the client's HTTP attempt failed (it retries these): %s", phase, h)
-		case h.Status == 404 && !strings.Contains(h.ContentType, "application/json"):
-			c.t.Errorf("phase %s: a non-JSON 404 (the client retries it as \"agent not ready\"): %s", phase, h)
-		}
-	}
-	// One HTTP attempt per client call: anything more is a retry.
-	if len(p.HTTP) != len(p.Calls) {
-		c.t.Errorf("phase %s: %d client calls made %d HTTP attempts, want one each\ncalls:\n%s", phase, len(p.Calls), len(p.HTTP), callLines(p))
-	}
-	return p
-}
-
-func (c *hapController) quit() {
-	c.t.Helper()
-	io.WriteString(c.stdin, "quit\n")
-	c.stdin.Close()
-	select {
-	case <-c.done:
-		if !c.cmd.ProcessState.Success() {
-			c.t.Errorf("controller script exited with %v\nstderr:\n%s", c.cmd.ProcessState, c.stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		c.t.Errorf("controller script did not exit after quit")
-	}
-}
-
-func callLines(p hapPhase) string {
-	var b strings.Builder
-	for _, c := range p.Calls {
-		b.WriteString("  " + c.String() + "\n")
-	}
-	return b.String()
-}
-
-// call returns the i-th recorded call, which must be the named method.
-func (p hapPhase) call(t *testing.T, i int, name string) hapCall {
-	t.Helper()
-	if i >= len(p.Calls) || p.Calls[i].Call != name {
-		t.Fatalf("phase %s: call %d is not %s; calls:\n%s", p.Phase, i, name, callLines(p))
-	}
-	return p.Calls[i]
-}
-
-// exchange returns the i-th HTTP attempt, which must be method path.
-func (p hapPhase) exchange(t *testing.T, i int, method, path string) hapHTTP {
-	t.Helper()
-	if i >= len(p.HTTP) || p.HTTP[i].Method != method || p.HTTP[i].path() != path {
-		t.Fatalf("phase %s: HTTP attempt %d is not %s %s; attempts:\n%s", p.Phase, i, method, path, p.exchanges())
-	}
-	return p.HTTP[i]
-}
-
-func hapResult[T any](t *testing.T, p hapPhase) T {
+func hapResult[T any](t *testing.T, p ctrlutil.HAPPhase) T {
 	t.Helper()
 	var v T
 	dec := json.NewDecoder(bytes.NewReader(p.Result))
@@ -378,9 +87,9 @@ type hapFixture struct {
 	lbDir   string
 	cfgPath string
 	sock    string
-	hap     *haproxyMasters
-	ctl     *hapController
-	ready   hapPhase
+	hap     *tiersutil.HAProxyMasters
+	ctl     *ctrlutil.HAPController
+	ready   ctrlutil.HAPPhase
 	start   time.Time
 }
 
@@ -388,15 +97,15 @@ type hapFixture struct {
 // before(f), which may add to its configuration) and the controller script
 // with the common arguments plus extra(f).
 func newHAPFixture(t *testing.T, extra func(f *hapFixture) []string, before ...func(f *hapFixture)) *hapFixture {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	f := &hapFixture{t: t, start: time.Now()}
-	f.ns, f.lb, f.env = newLBEnv(t)
+	f.ns, f.lb, f.env = tiersutil.NewLBEnv(t)
 	f.base, f.certDir = f.env.Path("lib"), f.env.Path("lib", "certs")
-	f.lbDir = filepath.Join(f.base, hapLB)
+	f.lbDir = filepath.Join(f.base, ctrlutil.HAPLB)
 	f.cfgPath = filepath.Join(f.lbDir, "haproxy.cfg")
-	f.sock = filepath.Join(f.base, hapLB+".sock")
+	f.sock = filepath.Join(f.base, ctrlutil.HAPLB+".sock")
 	// HAProxy outlives the agent by design; the test stops it.
-	f.hap = watchHAProxy(t, filepath.Join(f.lbDir, hapLB+".pid"))
+	f.hap = tiersutil.WatchHAProxy(t, filepath.Join(f.lbDir, ctrlutil.HAPLB+".pid"))
 	for _, b := range before {
 		b(f)
 	}
@@ -416,21 +125,21 @@ func newHAPFixture(t *testing.T, extra func(f *hapFixture) []string, before ...f
 		"--workdir", t.TempDir(),
 		"--base-path", f.base,
 		"--base-cert-dir", f.certDir,
-		"--lb-id", hapLB,
-		"--listener-id", hapListener,
-		"--pool-id", hapPool,
+		"--lb-id", ctrlutil.HAPLB,
+		"--listener-id", ctrlutil.HAPListener,
+		"--pool-id", ctrlutil.HAPPool,
 		"--vip", f.lb.VIP,
 		"--listener-port", "80",
-		"--connection-limit", strconv.Itoa(hapConnLimit),
-		"--cert-id", hapCert,
+		"--connection-limit", strconv.Itoa(ctrlutil.HAPConnLimit),
+		"--cert-id", ctrlutil.HAPCert,
 	}
 	for i, m := range f.lb.Members {
-		args = append(args, "--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[i], m.Addr, m.Port))
+		args = append(args, "--member", fmt.Sprintf("%s,%s,%d", ctrlutil.HAPMemberIDs[i], m.Addr, m.Port))
 	}
 	if extra != nil {
 		args = append(args, extra(f)...)
 	}
-	f.ctl, f.ready = startHAPController(t, f.env, args...)
+	f.ctl, f.ready = ctrlutil.StartHAPController(t, f.env, args...)
 	t.Logf("controller ready in %.3fs: driver %s, templater %s (base_amp_path %s, base_crt_dir %s)",
 		f.ready.Seconds, f.ready.Driver, f.ready.Templater, f.ready.TemplaterBaseAmpPath, f.ready.TemplaterBaseCrtDir)
 	if f.ready.TemplaterBaseAmpPath != f.base || f.ready.TemplaterBaseCrtDir != f.certDir {
@@ -442,15 +151,15 @@ func newHAPFixture(t *testing.T, extra func(f *hapFixture) []string, before ...f
 
 // finish ends the script and logs the timings.
 func (f *hapFixture) finish() {
-	f.ctl.quit()
+	f.ctl.Quit()
 	var total float64
-	for _, p := range f.ctl.phases {
+	for _, p := range f.ctl.Phases {
 		total += p.Seconds
 	}
 	f.t.Logf("controller: start-up %.3fs, %d phases %.3fs; test %v (Octavia import check excluded)",
-		f.ready.Seconds, len(f.ctl.phases), total, time.Since(f.start).Round(time.Millisecond))
+		f.ready.Seconds, len(f.ctl.Phases), total, time.Since(f.start).Round(time.Millisecond))
 	if f.t.Failed() {
-		f.t.Logf("controller log (stderr):\n%s", f.ctl.stderr.String())
+		f.t.Logf("controller log (stderr):\n%s", f.ctl.Stderr.String())
 		f.t.Logf("agent output:\n%s", f.env.Output())
 	}
 }
@@ -469,7 +178,7 @@ func (f *hapFixture) serving(c *http.Client, url, what string, want ...string) t
 	seen := map[string]bool{}
 	var last string
 	testenv.WaitFor(t, hapTrafficWait, what, func() bool {
-		m, err := getMember(c, url, "X-Member")
+		m, err := tiersutil.GetMember(c, url, "X-Member")
 		switch {
 		case err != nil:
 			last = err.Error()
@@ -483,7 +192,7 @@ func (f *hapFixture) serving(c *http.Client, url, what string, want ...string) t
 	})
 	took := time.Since(start)
 	for i := 0; i < 4*len(want); i++ {
-		m, err := getMember(c, url, "X-Member")
+		m, err := tiersutil.GetMember(c, url, "X-Member")
 		if err != nil || !wanted[m] {
 			t.Fatalf("%s: request %d answered by %q, %v (want %v; before: %s)", what, i, m, err, want, last)
 		}
@@ -516,7 +225,7 @@ func (f *hapFixture) storedConfig(uploaded string) {
 }
 
 // uploaded is the one config upload_config sent in phase p.
-func (f *hapFixture) uploaded(p hapPhase) string {
+func (f *hapFixture) uploaded(p ctrlutil.HAPPhase) string {
 	f.t.Helper()
 	var cfgs []string
 	for _, c := range p.Calls {
@@ -525,7 +234,7 @@ func (f *hapFixture) uploaded(p hapPhase) string {
 		}
 	}
 	if len(cfgs) != 1 {
-		f.t.Fatalf("phase %s uploaded %d configs, want 1\n%s", p.Phase, len(cfgs), callLines(p))
+		f.t.Fatalf("phase %s uploaded %d configs, want 1\n%s", p.Phase, len(cfgs), ctrlutil.CallLines(p))
 	}
 	return cfgs[0]
 }
@@ -535,27 +244,27 @@ func (f *hapFixture) uploaded(p hapPhase) string {
 // config upload (202, ETag = md5) and the reload (202, reloadDetails),
 // and what Octavia's template rendered for this agent. It returns the
 // uploaded config.
-func (f *hapFixture) listenerUpdate(p hapPhase, want []string, reloadDetails string) string {
+func (f *hapFixture) listenerUpdate(p ctrlutil.HAPPhase, want []string, reloadDetails string) string {
 	t := f.t
 	t.Helper()
-	if got := p.callNames(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("phase %s: the driver called %v, want %v\n%s", p.Phase, got, want, callLines(p))
+	if got := p.CallNames(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("phase %s: the driver called %v, want %v\n%s", p.Phase, got, want, ctrlutil.CallLines(p))
 	}
-	if got := string(p.call(t, 0, "get_api_version").Returned); got != `{"api_version": "1.0"}` && got != `{"api_version":"1.0"}` {
+	if got := string(p.Call(t, 0, "get_api_version").Returned); got != `{"api_version": "1.0"}` && got != `{"api_version":"1.0"}` {
 		t.Errorf("get_api_version returned %s", got)
 	}
 	if r := hapResult[map[string]any](t, p); r["api_version"] != "1.0" {
 		t.Errorf("the driver populated api_version %v, want 1.0", r["api_version"])
 	}
-	p.exchange(t, 0, "GET", "//")
+	p.Exchange(t, 0, "GET", "//")
 	cfg := f.uploaded(p)
 	n := len(want)
-	up := p.exchange(t, n-2, "PUT", "/1.0/loadbalancer/"+f.env.AmphoraID+"/"+hapLB+"/haproxy")
-	if up.Status != 202 || up.ETag == nil || *up.ETag != md5Hex([]byte(cfg)) {
-		t.Errorf("upload_config: %s; want 202 with ETag %s", up, md5Hex([]byte(cfg)))
+	up := p.Exchange(t, n-2, "PUT", "/1.0/loadbalancer/"+f.env.AmphoraID+"/"+ctrlutil.HAPLB+"/haproxy")
+	if up.Status != 202 || up.ETag == nil || *up.ETag != tiersutil.MD5Hex([]byte(cfg)) {
+		t.Errorf("upload_config: %s; want 202 with ETag %s", up, tiersutil.MD5Hex([]byte(cfg)))
 	}
 	wantJSON(t, "upload_config", up.Body, map[string]any{"message": "OK"})
-	rl := p.exchange(t, n-1, "PUT", "/1.0/loadbalancer/"+hapLB+"/reload")
+	rl := p.Exchange(t, n-1, "PUT", "/1.0/loadbalancer/"+ctrlutil.HAPLB+"/reload")
 	if rl.Status != 202 {
 		t.Errorf("reload_listener: %s; want 202", rl)
 	}
@@ -563,11 +272,11 @@ func (f *hapFixture) listenerUpdate(p hapPhase, want []string, reloadDetails str
 	for _, want := range []string{
 		"stats socket " + f.sock + " mode 0666 level user\n",
 		"server-state-file " + filepath.Join(f.lbDir, "servers-state") + "\n",
-		fmt.Sprintf("    maxconn %d\n", hapConnLimit),
-		"frontend " + hapListener + "\n",
+		fmt.Sprintf("    maxconn %d\n", ctrlutil.HAPConnLimit),
+		"frontend " + ctrlutil.HAPListener + "\n",
 		"    bind " + f.lb.VIP + ":80\n",
 		"    mode http\n",
-		"default_backend " + hapPool + ":" + hapListener + "\n",
+		"default_backend " + ctrlutil.HAPPool + ":" + ctrlutil.HAPListener + "\n",
 	} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("the rendered config has no %q:\n%s", want, cfg)
@@ -599,12 +308,12 @@ func (f *hapFixture) checkListeners(got []map[string]any, want map[string]string
 func (f *hapFixture) deleteLB(master int, clients map[string]*http.Client) {
 	t := f.t
 	t.Helper()
-	del := f.ctl.run("delete", nil)
-	if got, want := del.callNames(), []string{"get_api_version", "delete_listener", "delete_listener", "get_all_listeners", "get_details"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("delete: the driver called %v, want %v\n%s", got, want, callLines(del))
+	del := f.ctl.Run("delete", nil)
+	if got, want := del.CallNames(), []string{"get_api_version", "delete_listener", "delete_listener", "get_all_listeners", "get_details"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("delete: the driver called %v, want %v\n%s", got, want, ctrlutil.CallLines(del))
 	}
 	for _, i := range []int{1, 2} {
-		d := del.exchange(t, i, "DELETE", "/1.0/listeners/"+hapLB)
+		d := del.Exchange(t, i, "DELETE", "/1.0/listeners/"+ctrlutil.HAPLB)
 		if d.Status != 200 {
 			t.Errorf("delete_listener: %s; want 200", d)
 		}
@@ -622,14 +331,14 @@ func (f *hapFixture) deleteLB(master int, clients map[string]*http.Client) {
 	if l := fmt.Sprint(details["listeners"]); l != "[]" {
 		t.Errorf("details listeners after delete = %s, want []", l)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the HAProxy master gone after delete_listener", func() bool { return !isHAProxy(master) })
-	for _, p := range []string{f.lbDir, f.sock, filepath.Join(f.certDir, hapLB)} {
+	testenv.WaitFor(t, 10*time.Second, "the HAProxy master gone after delete_listener", func() bool { return !tiersutil.IsHAProxy(master) })
+	for _, p := range []string{f.lbDir, f.sock, filepath.Join(f.certDir, ctrlutil.HAPLB)} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left after delete_listener (%v)", p, err)
 		}
 	}
 	for url, c := range clients {
-		if m, err := getMember(c, url, "X-Member"); err == nil {
+		if m, err := tiersutil.GetMember(c, url, "X-Member"); err == nil {
 			t.Errorf("%s still answers after delete_listener (%s)", url, m)
 		}
 	}
@@ -649,18 +358,18 @@ func TestInteropHAProxyLoadBalancer(t *testing.T) {
 
 	// 1. Listener create: the first config; the reload of a load
 	// balancer that is not running starts it.
-	create := ctl.run("create", nil)
-	cfg1 := f.listenerUpdate(create, update, "Configuration file is valid\nhaproxy daemon for "+hapLB+" started")
+	create := ctl.Run("create", nil)
+	cfg1 := f.listenerUpdate(create, update, "Configuration file is valid\nhaproxy daemon for "+ctrlutil.HAPLB+" started")
 	for i, m := range lb.Members {
-		line := fmt.Sprintf("server %s %s ", hapMemberIDs[i], m.HostPort())
+		line := fmt.Sprintf("server %s %s ", ctrlutil.HAPMemberIDs[i], m.HostPort())
 		if strings.Contains(cfg1, line) != (i == 0) {
 			t.Errorf("first config: member %d line %q present = %v, want %v", i+1, line, i != 0, i == 0)
 		}
 	}
 	f.storedConfig(cfg1)
-	master := f.hap.master()
-	if master == 0 || !isHAProxy(master) {
-		t.Fatalf("no HAProxy master behind %s after the controller's reload (pid %d)\n%s", f.hap.pidPath, master, env.Output())
+	master := f.hap.Master()
+	if master == 0 || !tiersutil.IsHAProxy(master) {
+		t.Fatalf("no HAProxy master behind %s after the controller's reload (pid %d)\n%s", f.hap.PidPath, master, env.Output())
 	}
 	if !f.inNamespace(master) {
 		t.Errorf("HAProxy master %d does not run in network namespace %s", master, f.ns)
@@ -670,15 +379,15 @@ func TestInteropHAProxyLoadBalancer(t *testing.T) {
 
 	// 2. Member create: a listener update with both members, a reload of
 	// the running HAProxy through its master.
-	upd := ctl.run("update", nil)
-	cfg2 := f.listenerUpdate(upd, update, "Listener "+hapLB+" reloaded")
+	upd := ctl.Run("update", nil)
+	cfg2 := f.listenerUpdate(upd, update, "Listener "+ctrlutil.HAPLB+" reloaded")
 	for i, m := range lb.Members {
-		if line := fmt.Sprintf("server %s %s ", hapMemberIDs[i], m.HostPort()); !strings.Contains(cfg2, line) {
+		if line := fmt.Sprintf("server %s %s ", ctrlutil.HAPMemberIDs[i], m.HostPort()); !strings.Contains(cfg2, line) {
 			t.Errorf("second config has no %q", line)
 		}
 	}
 	f.storedConfig(cfg2)
-	if got := f.hap.master(); got != master {
+	if got := f.hap.Master(); got != master {
 		t.Errorf("the reload replaced the HAProxy master %d by %d; a reload goes through the master", master, got)
 		master = got
 	}
@@ -693,47 +402,47 @@ func TestInteropHAProxyLoadBalancer(t *testing.T) {
 	}
 
 	// 3. The driver's start (failover flows) on the running load balancer.
-	start := ctl.run("start", nil)
-	if got, want := start.callNames(), []string{"get_api_version", "start_listener"}; !reflect.DeepEqual(got, want) {
+	start := ctl.Run("start", nil)
+	if got, want := start.CallNames(), []string{"get_api_version", "start_listener"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("start: the driver called %v, want %v", got, want)
 	}
-	st := start.exchange(t, 1, "PUT", "/1.0/loadbalancer/"+hapLB+"/start")
+	st := start.Exchange(t, 1, "PUT", "/1.0/loadbalancer/"+ctrlutil.HAPLB+"/start")
 	if st.Status != 202 {
 		t.Errorf("start_listener: %s; want 202", st)
 	}
-	wantJSON(t, "start_listener", st.Body, map[string]any{"message": "OK", "details": "Configuration file is valid\nhaproxy daemon for " + hapLB + " started"})
-	if got := f.hap.master(); got != master {
+	wantJSON(t, "start_listener", st.Body, map[string]any{"message": "OK", "details": "Configuration file is valid\nhaproxy daemon for " + ctrlutil.HAPLB + " started"})
+	if got := f.hap.Master(); got != master {
 		t.Errorf("start of the running load balancer replaced the master %d by %d", master, got)
 	}
 	f.serving(client, vipURL, "traffic after start", "member-1", "member-2")
 
 	// 4. Listener status and details as the controller reads them.
-	status := ctl.run("status", nil)
-	if got, want := status.callNames(), []string{"get_api_version", "get_all_listeners", "get_details"}; !reflect.DeepEqual(got, want) {
+	status := ctl.Run("status", nil)
+	if got, want := status.CallNames(), []string{"get_api_version", "get_all_listeners", "get_details"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("status: the driver called %v, want %v", got, want)
 	}
 	sr := hapResult[struct {
 		Listeners []map[string]any `json:"listeners"`
 		Details   json.RawMessage  `json:"details"`
 	}](t, status)
-	f.checkListeners(sr.Listeners, map[string]string{hapListener: "HTTP"})
+	f.checkListeners(sr.Listeners, map[string]string{ctrlutil.HAPListener: "HTTP"})
 	checkDetails(t, sr.Details)
 	details := decodeObject(t, "details", sr.Details)
 	if n := fmt.Sprint(details["haproxy_count"]); n != "1" {
 		t.Errorf("details haproxy_count = %s, want 1", n)
 	}
-	if l := fmt.Sprint(details["listeners"]); l != "["+hapListener+"]" {
-		t.Errorf("details listeners = %s, want [%s]", l, hapListener)
+	if l := fmt.Sprint(details["listeners"]); l != "["+ctrlutil.HAPListener+"]" {
+		t.Errorf("details listeners = %s, want [%s]", l, ctrlutil.HAPListener)
 	}
 
 	// 5. A certificate as the driver uploads one: md5 check (404
 	// ignored), upload, md5 read back, and no second upload once the md5
 	// matches.
-	certName := hapCert + ".pem"
-	certURL := "/1.0/loadbalancer/" + hapLB + "/certificates/" + certName
-	certUp := ctl.run("cert-upload", nil)
-	if got, want := certUp.callNames(), []string{"get_api_version", "get_cert_md5sum", "upload_cert_pem", "get_cert_md5sum", "get_cert_md5sum"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("cert-upload: the driver called %v, want %v\n%s", got, want, callLines(certUp))
+	certName := ctrlutil.HAPCert + ".pem"
+	certURL := "/1.0/loadbalancer/" + ctrlutil.HAPLB + "/certificates/" + certName
+	certUp := ctl.Run("cert-upload", nil)
+	if got, want := certUp.CallNames(), []string{"get_api_version", "get_cert_md5sum", "upload_cert_pem", "get_cert_md5sum", "get_cert_md5sum"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("cert-upload: the driver called %v, want %v\n%s", got, want, ctrlutil.CallLines(certUp))
 	}
 	cu := hapResult[struct {
 		Filename string  `json:"filename"`
@@ -741,36 +450,36 @@ func TestInteropHAProxyLoadBalancer(t *testing.T) {
 		MD5Sent  string  `json:"md5sum_sent"`
 		MD5Read  *string `json:"md5sum_read"`
 	}](t, certUp)
-	pemMD5 := md5Hex([]byte(cu.PEM))
+	pemMD5 := tiersutil.MD5Hex([]byte(cu.PEM))
 	if cu.Filename != certName || cu.MD5Sent != pemMD5 {
 		t.Fatalf("cert-upload sent %s with md5 %s; the PEM's md5 is %s", cu.Filename, cu.MD5Sent, pemMD5)
 	}
 	notFound := map[string]any{"message": "Certificate Not Found", "details": "No certificate with filename: " + certName}
-	if first := certUp.exchange(t, 1, "GET", certURL); first.Status != 404 {
+	if first := certUp.Exchange(t, 1, "GET", certURL); first.Status != 404 {
 		t.Errorf("md5 of a certificate not yet uploaded: %s; want a JSON 404", first)
 	} else {
 		wantJSON(t, "GET of a missing certificate", first.Body, notFound)
 	}
-	if got := string(certUp.call(t, 1, "get_cert_md5sum").Returned); got != "null" {
+	if got := string(certUp.Call(t, 1, "get_cert_md5sum").Returned); got != "null" {
 		t.Errorf("get_cert_md5sum(ignore=(404,)) before the upload = %s, want None", got)
 	}
-	if put := certUp.exchange(t, 2, "PUT", certURL); put.Status != 200 || put.ETag == nil || *put.ETag != pemMD5 ||
+	if put := certUp.Exchange(t, 2, "PUT", certURL); put.Status != 200 || put.ETag == nil || *put.ETag != pemMD5 ||
 		put.RequestBytes == nil || *put.RequestBytes != len(cu.PEM) {
 		t.Errorf("upload_cert_pem: %s; want 200 with ETag %s", put, pemMD5)
 	} else {
 		wantJSON(t, "upload_cert_pem", put.Body, map[string]any{"message": "OK"})
 	}
 	if cu.MD5Read == nil || *cu.MD5Read != pemMD5 {
-		t.Errorf("get_cert_md5sum = %v, want %s", deref(cu.MD5Read), pemMD5)
+		t.Errorf("get_cert_md5sum = %v, want %s", ctrlutil.Deref(cu.MD5Read), pemMD5)
 	}
 	for _, i := range []int{3, 4} {
-		if g := certUp.exchange(t, i, "GET", certURL); g.Status != 200 || g.ETag == nil || *g.ETag != pemMD5 {
+		if g := certUp.Exchange(t, i, "GET", certURL); g.Status != 200 || g.ETag == nil || *g.ETag != pemMD5 {
 			t.Errorf("md5 of the uploaded certificate: %s; want 200 with ETag %s", g, pemMD5)
 		} else {
 			wantJSON(t, "GET certificate", g.Body, map[string]any{"md5sum": pemMD5})
 		}
 	}
-	certPath := filepath.Join(f.certDir, hapLB, certName)
+	certPath := filepath.Join(f.certDir, ctrlutil.HAPLB, certName)
 	if got, err := os.ReadFile(certPath); err != nil || string(got) != cu.PEM {
 		t.Errorf("%s does not hold the uploaded PEM (%v)", certPath, err)
 	}
@@ -780,9 +489,9 @@ func TestInteropHAProxyLoadBalancer(t *testing.T) {
 
 	// 6. Certificate delete; reading it again is the driver's 404 path:
 	// ignored (None), or NotFound, which _upload_cert catches.
-	certDel := ctl.run("cert-delete", map[string]string{"get_cert_md5sum": notFoundException})
-	if got, want := certDel.callNames(), []string{"get_api_version", "delete_cert_pem", "get_cert_md5sum", "get_cert_md5sum", "delete_cert_pem"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("cert-delete: the driver called %v, want %v\n%s", got, want, callLines(certDel))
+	certDel := ctl.Run("cert-delete", map[string]string{"get_cert_md5sum": notFoundException})
+	if got, want := certDel.CallNames(), []string{"get_api_version", "delete_cert_pem", "get_cert_md5sum", "get_cert_md5sum", "delete_cert_pem"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("cert-delete: the driver called %v, want %v\n%s", got, want, ctrlutil.CallLines(certDel))
 	}
 	cd := hapResult[struct {
 		Ignored *string `json:"md5sum_after_delete_ignoring_404"`
@@ -792,20 +501,20 @@ func TestInteropHAProxyLoadBalancer(t *testing.T) {
 		t.Errorf("get_cert_md5sum(ignore=(404,)) after delete = %s, want None", *cd.Ignored)
 	}
 	if cd.Raised == nil || *cd.Raised != notFoundException {
-		t.Errorf("get_cert_md5sum after delete raised %s, want %s", deref(cd.Raised), notFoundException)
+		t.Errorf("get_cert_md5sum after delete raised %s, want %s", ctrlutil.Deref(cd.Raised), notFoundException)
 	}
-	if c := certDel.call(t, 2, "get_cert_md5sum"); c.Raised != nil {
+	if c := certDel.Call(t, 2, "get_cert_md5sum"); c.Raised != nil {
 		t.Errorf("get_cert_md5sum(ignore=(404,)) raised %s", *c.Raised)
 	}
 	for _, i := range []int{1, 4} {
-		d := certDel.exchange(t, i, "DELETE", certURL)
+		d := certDel.Exchange(t, i, "DELETE", certURL)
 		if d.Status != 200 {
 			t.Errorf("delete_cert_pem: %s; want 200", d)
 		}
 		wantJSON(t, "delete_cert_pem", d.Body, map[string]any{"message": "OK"})
 	}
 	for _, i := range []int{2, 3} {
-		g := certDel.exchange(t, i, "GET", certURL)
+		g := certDel.Exchange(t, i, "GET", certURL)
 		if g.Status != 404 {
 			t.Errorf("md5 of a deleted certificate: %s; want 404", g)
 		}
@@ -890,13 +599,13 @@ func TestInteropHAProxyTerminatedHTTPS(t *testing.T) {
 		s := sha1.Sum(certs[i].CertPEM)
 		return hex.EncodeToString(s[:]) + ".pem"
 	}
-	crtList := filepath.Join(f.certDir, hapLB, hapTLSListener+".pem")
-	certURL := func(name string) string { return "/1.0/loadbalancer/" + hapLB + "/certificates/" + name }
+	crtList := filepath.Join(f.certDir, ctrlutil.HAPLB, hapTLSListener+".pem")
+	certURL := func(name string) string { return "/1.0/loadbalancer/" + ctrlutil.HAPLB + "/certificates/" + name }
 	// checkCertFile checks certificate i on the amphora (its PEM followed
 	// by its key, 0600) and the crt-list naming it.
 	checkCertFile := func(i int) {
 		t.Helper()
-		path := filepath.Join(f.certDir, hapLB, pemName(i))
+		path := filepath.Join(f.certDir, ctrlutil.HAPLB, pemName(i))
 		got, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatalf("certificate %d not on the amphora: %v", i, err)
@@ -908,17 +617,17 @@ func TestInteropHAProxyTerminatedHTTPS(t *testing.T) {
 			t.Errorf("%s has mode %#o, want 0600", path, st.Mode().Perm())
 		}
 		list, err := os.ReadFile(crtList)
-		if want := filepath.Join(f.certDir, hapLB, pemName(i)) + "\n"; err != nil || string(list) != want {
+		if want := filepath.Join(f.certDir, ctrlutil.HAPLB, pemName(i)) + "\n"; err != nil || string(list) != want {
 			t.Errorf("crt-list %s = %q (%v), want %q", crtList, list, err, want)
 		}
 	}
 	// checkUploads checks the driver's first uploads of names from HTTP
 	// attempt from on: an md5 check answered 404, then the PUT.
-	checkUploads := func(p hapPhase, from int, names ...string) {
+	checkUploads := func(p ctrlutil.HAPPhase, from int, names ...string) {
 		t.Helper()
 		for k, name := range names {
-			get := p.exchange(t, from+2*k, "GET", certURL(name))
-			put := p.exchange(t, from+2*k+1, "PUT", certURL(name))
+			get := p.Exchange(t, from+2*k, "GET", certURL(name))
+			put := p.Exchange(t, from+2*k+1, "PUT", certURL(name))
 			if get.Status != 404 {
 				t.Errorf("md5 check before uploading %s: %s; want 404", name, get)
 			}
@@ -937,11 +646,11 @@ func TestInteropHAProxyTerminatedHTTPS(t *testing.T) {
 	}
 
 	// 1. Create both listeners.
-	create := ctl.run("tls-create", nil)
+	create := ctl.Run("tls-create", nil)
 	cfg := f.listenerUpdate(create, []string{"get_api_version", "get_info",
 		"get_cert_md5sum", "upload_cert_pem", "get_cert_md5sum", "upload_cert_pem",
 		"upload_config", "reload_listener"},
-		"Configuration file is valid\nhaproxy daemon for "+hapLB+" started")
+		"Configuration file is valid\nhaproxy daemon for "+ctrlutil.HAPLB+" started")
 	checkUploads(create, 2, pemName(0), hapTLSListener+".pem")
 	for _, want := range []string{
 		"frontend " + hapTLSListener + "\n",
@@ -954,51 +663,51 @@ func TestInteropHAProxyTerminatedHTTPS(t *testing.T) {
 	}
 	f.storedConfig(cfg)
 	checkCertFile(0)
-	master := f.hap.master()
-	if master == 0 || !isHAProxy(master) {
-		t.Fatalf("no HAProxy master behind %s after the controller's reload (pid %d)\n%s", f.hap.pidPath, master, f.env.Output())
+	master := f.hap.Master()
+	if master == 0 || !tiersutil.IsHAProxy(master) {
+		t.Fatalf("no HAProxy master behind %s after the controller's reload (pid %d)\n%s", f.hap.PidPath, master, f.env.Output())
 	}
 	f.serving(httpClient, httpURL, "HTTP traffic after create", "member-1", "member-2")
 	tlsStarted("TLS traffic after create", 0)
 
 	// 2. Listener status: one HAProxy, two listeners.
-	status := ctl.run("status", nil)
+	status := ctl.Run("status", nil)
 	sr := hapResult[struct {
 		Listeners []map[string]any `json:"listeners"`
 		Details   json.RawMessage  `json:"details"`
 	}](t, status)
-	f.checkListeners(sr.Listeners, map[string]string{hapListener: "HTTP", hapTLSListener: "TERMINATED_HTTPS"})
+	f.checkListeners(sr.Listeners, map[string]string{ctrlutil.HAPListener: "HTTP", hapTLSListener: "TERMINATED_HTTPS"})
 	details := decodeObject(t, "details", sr.Details)
 	if n := fmt.Sprint(details["haproxy_count"]); n != "1" {
 		t.Errorf("details haproxy_count = %s, want 1", n)
 	}
-	wantIDs := []string{hapListener, hapTLSListener}
+	wantIDs := []string{ctrlutil.HAPListener, hapTLSListener}
 	sort.Strings(wantIDs)
 	if l := fmt.Sprint(details["listeners"]); l != fmt.Sprint(wantIDs) {
 		t.Errorf("details listeners = %s, want %v", l, wantIDs)
 	}
 
 	// 3. Certificate rotation: new PEM and crt-list, same config, reload.
-	rotate := ctl.run("tls-rotate", nil)
+	rotate := ctl.Run("tls-rotate", nil)
 	cfgR := f.listenerUpdate(rotate, []string{"get_api_version", "get_info",
 		"get_cert_md5sum", "upload_cert_pem", "get_cert_md5sum", "upload_cert_pem",
-		"upload_config", "reload_listener"}, "Listener "+hapLB+" reloaded")
+		"upload_config", "reload_listener"}, "Listener "+ctrlutil.HAPLB+" reloaded")
 	checkUploads(rotate, 2, pemName(1))
-	if g := rotate.exchange(t, 4, "GET", certURL(hapTLSListener+".pem")); g.Status != 200 {
+	if g := rotate.Exchange(t, 4, "GET", certURL(hapTLSListener+".pem")); g.Status != 200 {
 		t.Errorf("md5 check of the existing crt-list: %s; want 200", g)
 	}
-	if put := rotate.exchange(t, 5, "PUT", certURL(hapTLSListener+".pem")); put.Status != 200 {
+	if put := rotate.Exchange(t, 5, "PUT", certURL(hapTLSListener+".pem")); put.Status != 200 {
 		t.Errorf("upload of the changed crt-list: %s; want 200", put)
 	}
 	f.storedConfig(cfgR)
 	checkCertFile(1)
-	if got := f.hap.master(); got != master {
+	if got := f.hap.Master(); got != master {
 		t.Errorf("the reload replaced the HAProxy master %d by %d", master, got)
 		master = got
 	}
 	start := time.Now()
 	testenv.WaitFor(t, hapTrafficWait, "the rotated certificate served", func() bool {
-		_, err := getMember(httpsClient, httpsURL, "X-Member")
+		_, err := tiersutil.GetMember(httpsClient, httpsURL, "X-Member")
 		got := lastServed()
 		return err == nil && got != nil && got.Cmp(serial(1)) == 0
 	})
@@ -1007,30 +716,30 @@ func TestInteropHAProxyTerminatedHTTPS(t *testing.T) {
 
 	// 4. Delete the TLS listener: its certificate goes, the remaining
 	// HTTP listener is pushed and reloaded.
-	dl := ctl.run("tls-delete-listener", nil)
+	dl := ctl.Run("tls-delete-listener", nil)
 	cfgD := f.listenerUpdate(dl, []string{"get_api_version", "delete_cert_pem", "get_info", "upload_config", "reload_listener"},
-		"Listener "+hapLB+" reloaded")
-	if d := dl.exchange(t, 1, "DELETE", certURL(pemName(1))); d.Status != 200 {
+		"Listener "+ctrlutil.HAPLB+" reloaded")
+	if d := dl.Exchange(t, 1, "DELETE", certURL(pemName(1))); d.Status != 200 {
 		t.Errorf("delete_cert_pem: %s; want 200", d)
 	}
 	if strings.Contains(cfgD, hapTLSListener) || strings.Contains(cfgD, ":443") {
 		t.Errorf("the config after the TLS listener's delete still has it:\n%s", cfgD)
 	}
 	f.storedConfig(cfgD)
-	if _, err := os.Stat(filepath.Join(f.certDir, hapLB, pemName(1))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(f.certDir, ctrlutil.HAPLB, pemName(1))); !os.IsNotExist(err) {
 		t.Errorf("the deleted listener's certificate is still on the amphora (%v)", err)
 	}
 	testenv.WaitFor(t, hapTrafficWait, "port 443 closed after the TLS listener's delete", func() bool {
-		_, err := getMember(httpsClient, httpsURL, "X-Member")
+		_, err := tiersutil.GetMember(httpsClient, httpsURL, "X-Member")
 		return err != nil
 	})
 	f.serving(httpClient, httpURL, "HTTP traffic after the TLS listener's delete", "member-1", "member-2")
-	status = ctl.run("status", nil)
+	status = ctl.Run("status", nil)
 	sr = hapResult[struct {
 		Listeners []map[string]any `json:"listeners"`
 		Details   json.RawMessage  `json:"details"`
 	}](t, status)
-	f.checkListeners(sr.Listeners, map[string]string{hapListener: "HTTP"})
+	f.checkListeners(sr.Listeners, map[string]string{ctrlutil.HAPListener: "HTTP"})
 
 	// 5. The last listener goes with the load balancer.
 	f.deleteLB(master, map[string]*http.Client{httpURL: httpClient, httpsURL: httpsClient})

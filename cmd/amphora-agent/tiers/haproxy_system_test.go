@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats"
 )
@@ -36,14 +37,14 @@ type lbFixture struct {
 	t   *testing.T
 	env *testenv.Env
 	lb  *topo.LB
-	hap *haproxyMasters
+	hap *tiersutil.HAProxyMasters
 }
 
 func newLBFixture(t *testing.T) *lbFixture {
-	_, lb, env := newLBEnv(t)
+	_, lb, env := tiersutil.NewLBEnv(t)
 	f := &lbFixture{t: t, env: env, lb: lb}
 	// HAProxy outlives the agent by design; the test stops it.
-	f.hap = watchHAProxy(t, f.pidPath())
+	f.hap = tiersutil.WatchHAProxy(t, f.pidPath())
 	return f
 }
 
@@ -120,7 +121,7 @@ func (f *lbFixture) action(action string) (int, string) {
 
 // get sends one request to the VIP and returns the generation header.
 func (f *lbFixture) get(c *http.Client) (string, error) {
-	return getMember(c, f.lb.URL(80, "/"), "X-Gen")
+	return tiersutil.GetMember(c, f.lb.URL(80, "/"), "X-Gen")
 }
 
 func (f *lbFixture) waitServing(what, gen string) time.Duration {
@@ -172,12 +173,12 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 202 || resp.Header.Get("ETag") != md5Hex([]byte(sent)) {
-		t.Fatalf("upload: %d ETag %q, want md5 %s", resp.StatusCode, resp.Header.Get("ETag"), md5Hex([]byte(sent)))
+	if resp.StatusCode != 202 || resp.Header.Get("ETag") != tiersutil.MD5Hex([]byte(sent)) {
+		t.Fatalf("upload: %d ETag %q, want md5 %s", resp.StatusCode, resp.Header.Get("ETag"), tiersutil.MD5Hex([]byte(sent)))
 	}
 
 	// Every config-loading invocation carries -L <peer> and both -f files.
-	args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", f.hap.master()))
+	args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", f.hap.Master()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 	cfg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/plain; charset=UTF-8" ||
-		string(cfg) != string(before) || resp.Header.Get("ETag") != md5Hex(before) || strings.Contains(string(cfg), "group nogroup") {
+		string(cfg) != string(before) || resp.Header.Get("ETag") != tiersutil.MD5Hex(before) || strings.Contains(string(cfg), "group nogroup") {
 		t.Fatalf("GET haproxy: %d %s ETag %s", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("ETag"))
 	}
 }
@@ -221,12 +222,12 @@ func TestHAProxyServesAndRejectsInvalidUpload(t *testing.T) {
 func TestHAProxyRespawnAfterKill(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
-	old := f.hap.master()
+	old := f.hap.Master()
 	killed := time.Now()
 	if err := syscall.Kill(-old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 20*time.Second, "a new master", func() bool { p := f.hap.master(); return p != 0 && p != old })
+	testenv.WaitFor(t, 20*time.Second, "a new master", func() bool { p := f.hap.Master(); return p != 0 && p != old })
 	f.waitServing("traffic after the respawn", "1")
 	t.Logf("kill -9 of the master: serving again after %v", time.Since(killed).Round(time.Millisecond))
 	if f.env.Count("HAProxy died; restarting it", "killed by signal") < 1 {
@@ -240,7 +241,7 @@ func TestHAProxyRespawnAfterKill(t *testing.T) {
 	if _, err := f.get(f.lb.HTTPClient(false)); err == nil {
 		t.Fatal("still serving after stop")
 	}
-	if f.hap.master() != 0 {
+	if f.hap.Master() != 0 {
 		t.Fatal("pid file left after stop")
 	}
 	// reload of a stopped LB starts it.
@@ -310,7 +311,7 @@ func TestHAProxyHitlessReloads(t *testing.T) {
 func TestHAProxySurvivesAgentRestart(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
-	master := f.hap.master()
+	master := f.hap.Master()
 
 	// Traffic runs throughout the agent's death and restart.
 	ctx, stop := context.WithCancel(context.Background())
@@ -333,7 +334,7 @@ func TestHAProxySurvivesAgentRestart(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the new agent adopting HAProxy", func() bool {
 		return f.env.Count("adopted running HAProxy") >= 1
 	})
-	if got := f.hap.master(); got != master {
+	if got := f.hap.Master(); got != master {
 		t.Fatalf("master changed from %d to %d: HAProxy was restarted, not adopted", master, got)
 	}
 	status, _, body := f.env.Do("GET", "/1.0/details", nil)
@@ -359,7 +360,7 @@ func TestHAProxySurvivesAgentRestart(t *testing.T) {
 func (f *lbFixture) reboot() {
 	f.t.Helper()
 	f.env.Stop()
-	f.hap.kill()
+	f.hap.Kill()
 	testenv.WaitFor(f.t, 5*time.Second, "HAProxy gone", func() bool {
 		_, err := f.get(f.lb.HTTPClient(false))
 		return err != nil
@@ -421,7 +422,7 @@ func TestHAProxyDelete(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("certificate upload: %d", status)
 	}
-	master := f.hap.master()
+	master := f.hap.Master()
 	for i := 0; i < 2; i++ {
 		status, _, body := f.env.Do("DELETE", "/1.0/listeners/"+testLB, nil)
 		if status != 200 || string(body) != `{"message":"OK"}` {
@@ -499,7 +500,7 @@ func TestHAProxyConcurrentReloadsCoalesce(t *testing.T) {
 func TestHAProxyKeepsServingWhenTheAgentStops(t *testing.T) {
 	f := newLBFixture(t)
 	f.startServing()
-	master := f.hap.master()
+	master := f.hap.Master()
 	if err := f.env.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +512,7 @@ func TestHAProxyKeepsServingWhenTheAgentStops(t *testing.T) {
 	if g, err := f.get(f.lb.HTTPClient(false)); err != nil || g != "1" {
 		t.Fatalf("after the agent stopped: gen %q, %v", g, err)
 	}
-	if syscall.Kill(master, 0) != nil || f.hap.master() != master {
+	if syscall.Kill(master, 0) != nil || f.hap.Master() != master {
 		t.Fatal("the HAProxy master did not survive the agent's stop")
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
 	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/haproxy"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
@@ -58,11 +60,11 @@ type hmReport struct {
 // their statistics, UpdateHealthDb._update_health turns them into the
 // statuses Octavia shows; the same datagrams are rejected with another key.
 func TestInteropHeartbeatHealthManager(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	const key = "interop-Key_42"
-	hm := newHBReceiver(t)
+	hm := hbutil.NewReceiver(t)
 	env := testenv.New(t)
-	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = %s\n", hm.addr(), key)
+	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = %s\n", hm.Addr(), key)
 
 	// A running load balancer laid out in the agent's base_path the way
 	// upstream finds one (config, pid file, stats socket), started by the
@@ -73,7 +75,7 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 	t.Cleanup(up.Close)
 	closed := freeLoopbackPort(t)
 	upAddr := up.Listener.Addr().String()
-	members := []hbMember{
+	members := []hbutil.Member{
 		{ID: "a0000001-0000-4000-8000-000000000001", Addr: upAddr, Weight: 1, Check: true},                 // UP
 		{ID: "a0000002-0000-4000-8000-000000000002", Addr: closed, Weight: 1, Check: true},                 // DOWN
 		{ID: "a0000003-0000-4000-8000-000000000003", Addr: upAddr, Weight: 0, Check: true},                 // DRAIN
@@ -81,23 +83,23 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 		{ID: "a0000005-0000-4000-8000-000000000005", Addr: upAddr, Weight: 1},                              // no check
 	}
 	front := freeLoopbackPort(t)
-	cfg := hbConfig(t, base, front, members)
+	cfg := hbutil.Config(t, base, front, members)
 	// Not under the agent's supervision: user nobody would need root.
 	cfg = strings.Replace(cfg, "    user nobody\n", "", 1)
-	testenv.WriteFile(t, layout.ConfigPath(hbLB), cfg)
+	testenv.WriteFile(t, layout.ConfigPath(hbutil.LB), cfg)
 	hp := haproxytest.Start(t, haproxytest.Options{
-		Config: cfg, ConfigPath: layout.ConfigPath(hbLB), PidFile: layout.PidPath(hbLB),
-		StatsSocket: layout.SocketPath(hbLB),
+		Config: cfg, ConfigPath: layout.ConfigPath(hbutil.LB), PidFile: layout.PidPath(hbutil.LB),
+		StatsSocket: layout.SocketPath(hbutil.LB),
 	})
 	env.Start()
 	want := map[string]string{
 		members[0].ID: "UP", members[1].ID: "DOWN", members[2].ID: "DRAIN", members[3].ID: "MAINT", members[4].ID: "no check",
 	}
-	poolKey := hbPool + ":" + hbListener
+	poolKey := hbutil.Pool + ":" + hbutil.Listener
 	settled := func(m health.Message) bool {
-		return reflect.DeepEqual(m.Pools[poolKey].Members, want) && m.Listeners[hbListener].Status == "OPEN"
+		return reflect.DeepEqual(m.Pools[poolKey].Members, want) && m.Listeners[hbutil.Listener].Status == "OPEN"
 	}
-	hm.waitFor(hbWait, key, "all member statuses settled", settled)
+	hm.WaitFor(hbutil.Wait, key, "all member statuses settled", settled)
 	// Some traffic, so that the statistics path carries numbers: the three
 	// sessions show up as deltas in the following heartbeats.
 	const requests = 3
@@ -112,9 +114,9 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 	var msgs []health.Message
 	var total int64
 	for len(datagrams) < 3 {
-		m, d := hm.waitFor(hbWait, key, "all member statuses settled", settled)
+		m, d := hm.WaitFor(hbutil.Wait, key, "all member statuses settled", settled)
 		datagrams, msgs = append(datagrams, bytes.Clone(d)), append(msgs, m)
-		total += m.Listeners[hbListener].Stats.TotConns
+		total += m.Listeners[hbutil.Listener].Stats.TotConns
 	}
 	t.Logf("HAProxy master %d; heartbeat seq %d: %+v", hp.Pid(), msgs[0].Seq, msgs[0])
 
@@ -127,9 +129,9 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 		dbMembers[m.ID] = map[string]any{"operating_status": unknown}
 	}
 	dbLB := map[string]any{
-		"id": hbLB, "enabled": true, "provisioning_status": "ACTIVE", "operating_status": unknown,
-		"listeners": map[string]any{hbListener: map[string]any{"operating_status": unknown, "protocol": "HTTP", "enabled": true}},
-		"pools":     map[string]any{hbPool: map[string]any{"operating_status": unknown, "members": dbMembers}},
+		"id": hbutil.LB, "enabled": true, "provisioning_status": "ACTIVE", "operating_status": unknown,
+		"listeners": map[string]any{hbutil.Listener: map[string]any{"operating_status": unknown, "protocol": "HTTP", "enabled": true}},
+		"pools":     map[string]any{hbutil.Pool: map[string]any{"operating_status": unknown, "members": dbMembers}},
 	}
 	reports := hmReceive(t, key, datagrams, dbLB)
 
@@ -159,8 +161,8 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 		if !r.Stats.Deltas || len(r.Stats.Records) != 1 {
 			t.Fatalf("datagram %d: stats %+v", i, r.Stats)
 		}
-		rec, st := r.Stats.Records[0], m.Listeners[hbListener].Stats
-		if rec.ListenerID != hbListener || rec.AmphoraID != env.AmphoraID || rec.BytesIn != st.RX || rec.BytesOut != st.TX ||
+		rec, st := r.Stats.Records[0], m.Listeners[hbutil.Listener].Stats
+		if rec.ListenerID != hbutil.Listener || rec.AmphoraID != env.AmphoraID || rec.BytesIn != st.RX || rec.BytesOut != st.TX ||
 			rec.ActiveConnections != st.Conns || rec.TotalConnections != st.TotConns || rec.RequestErrors != st.Ereq {
 			t.Errorf("datagram %d: stats record %+v from %+v", i, rec, st)
 		}
@@ -172,10 +174,10 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 			members[3].ID: "OFFLINE", members[4].ID: "NO_MONITOR",
 		}
 		if !s.HealthRefreshed || s.LookedUpAmphora != env.AmphoraID ||
-			!reflect.DeepEqual(s.Listeners, map[string]string{hbListener: "ONLINE"}) ||
-			!reflect.DeepEqual(s.Pools, map[string]string{hbPool: "DEGRADED"}) ||
+			!reflect.DeepEqual(s.Listeners, map[string]string{hbutil.Listener: "ONLINE"}) ||
+			!reflect.DeepEqual(s.Pools, map[string]string{hbutil.Pool: "DEGRADED"}) ||
 			!reflect.DeepEqual(s.Members, wantMembers) ||
-			!reflect.DeepEqual(s.LoadBalancerStat, map[string]string{hbLB: "DEGRADED"}) {
+			!reflect.DeepEqual(s.LoadBalancerStat, map[string]string{hbutil.LB: "DEGRADED"}) {
 			t.Errorf("datagram %d: health manager status updates %+v", i, s)
 		}
 		if r.WrongKey != "InvalidHMACException" {
@@ -192,15 +194,15 @@ func TestInteropHeartbeatHealthManager(t *testing.T) {
 // real receiver accepts it with the configured key and the default key
 // "None" is what an unset heartbeat_key signs with.
 func TestInteropHeartbeatUnsetKey(t *testing.T) {
-	requireOctavia(t)
-	hm := newHBReceiver(t)
+	ctrlutil.RequireOctavia(t)
+	hm := hbutil.NewReceiver(t)
 	env := testenv.New(t)
-	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = None\n", hm.addr())
+	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = None\n", hm.Addr())
 	env.Start()
-	_, d := hm.waitFor(hbWait, "None", "a heartbeat signed with the key None", func(health.Message) bool { return true })
-	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	_, d := hm.WaitFor(hbutil.Wait, "None", "a heartbeat signed with the key None", func(health.Message) bool { return true })
+	ctx, cancel := context.WithTimeout(context.Background(), ctrlutil.ScriptTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, "-c", `
+	cmd := exec.CommandContext(ctx, ctrlutil.DebianPython, "-c", `
 import binascii, json, sys
 from octavia.amphorae.backends.health_daemon import status_message
 from octavia.common import exceptions
@@ -213,7 +215,7 @@ except exceptions.InvalidHMACException as e:
     wrong = type(e).__name__
 print(json.dumps({"obj": obj, "wrong": wrong}))
 `, hex.EncodeToString(d))
-	cmd.Env = pythonEnv()
+	cmd.Env = ctrlutil.PythonEnv()
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -254,10 +256,10 @@ func hmReceive(t *testing.T, key string, datagrams [][]byte, dbLB map[string]any
 		hexes = append(hexes, hex.EncodeToString(d))
 	}
 	req, _ := json.Marshal(map[string]any{"key": key, "wrong_key": key + "x", "datagrams": hexes, "db_lb": dbLB})
-	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ctrlutil.ScriptTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, script)
-	cmd.Env = pythonEnv()
+	cmd := exec.CommandContext(ctx, ctrlutil.DebianPython, script)
+	cmd.Env = ctrlutil.PythonEnv()
 	cmd.Stdin = bytes.NewReader(req)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

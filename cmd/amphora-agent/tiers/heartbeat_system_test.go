@@ -15,9 +15,10 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
-	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/agent/pidfile"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
 
@@ -34,7 +35,7 @@ func TestHeartbeatSystemMemberStatus(t *testing.T) {
 	}
 
 	memberStatus := func(m health.Message, i int) string {
-		return m.Pools[hbPool+":"+hbListener].Members[members[i].ID]
+		return m.Pools[hbutil.Pool+":"+hbutil.Listener].Members[members[i].ID]
 	}
 	key := "insecure"
 	start := time.Now()
@@ -44,13 +45,13 @@ func TestHeartbeatSystemMemberStatus(t *testing.T) {
 	// connections are summed over all of them. A request never counted
 	// leaves the sum at 0 and the wait fails.
 	var conns int64
-	m, _ := hm.waitFor(hbWait, key, "listener OPEN, both members UP and the request through the VIP counted", func(m health.Message) bool {
-		l, ok := m.Listeners[hbListener]
+	m, _ := hm.WaitFor(hbutil.Wait, key, "listener OPEN, both members UP and the request through the VIP counted", func(m health.Message) bool {
+		l, ok := m.Listeners[hbutil.Listener]
 		conns += l.Stats.TotConns
 		return ok && l.Status == "OPEN" && memberStatus(m, 0) == "UP" && memberStatus(m, 1) == "UP" && conns >= 1
 	})
 	t.Logf("seq %d after %v, %d connection(s) counted: %+v", m.Seq, time.Since(start).Round(time.Millisecond), conns, m)
-	if m.ID != env.AmphoraID || m.Ver != 3 || len(m.Listeners) != 1 || len(m.Pools) != 1 || m.Pools[hbPool+":"+hbListener].Status != "UP" {
+	if m.ID != env.AmphoraID || m.Ver != 3 || len(m.Listeners) != 1 || len(m.Pools) != 1 || m.Pools[hbutil.Pool+":"+hbutil.Listener].Status != "UP" {
 		t.Fatalf("heartbeat %+v", m)
 	}
 
@@ -58,12 +59,12 @@ func TestHeartbeatSystemMemberStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	m, _ = hm.waitFor(hbWait, key, "member 1 DOWN", func(m health.Message) bool {
+	m, _ = hm.WaitFor(hbutil.Wait, key, "member 1 DOWN", func(m health.Message) bool {
 		return strings.HasPrefix(memberStatus(m, 0), "DOWN")
 	})
 	t.Logf("member 1 stopped: seq %d reports %q after %v (member 2 %q, pool %q)", m.Seq, memberStatus(m, 0),
-		time.Since(stopped).Round(time.Millisecond), memberStatus(m, 1), m.Pools[hbPool+":"+hbListener].Status)
-	if memberStatus(m, 1) != "UP" || m.Listeners[hbListener].Status != "OPEN" {
+		time.Since(stopped).Round(time.Millisecond), memberStatus(m, 1), m.Pools[hbutil.Pool+":"+hbutil.Listener].Status)
+	if memberStatus(m, 1) != "UP" || m.Listeners[hbutil.Listener].Status != "OPEN" {
 		t.Errorf("the other member or the listener changed: %+v", m)
 	}
 
@@ -71,7 +72,7 @@ func TestHeartbeatSystemMemberStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
-	m, _ = hm.waitFor(hbWait, key, "member 1 UP again", func(m health.Message) bool {
+	m, _ = hm.WaitFor(hbutil.Wait, key, "member 1 UP again", func(m health.Message) bool {
 		return memberStatus(m, 0) == "UP" && memberStatus(m, 1) == "UP"
 	})
 	t.Logf("member 1 serving again: seq %d reports UP after %v", m.Seq, time.Since(restarted).Round(time.Millisecond))
@@ -80,26 +81,26 @@ func TestHeartbeatSystemMemberStatus(t *testing.T) {
 // startHBLoadBalancer starts an agent sending heartbeats every second to
 // hm, and a load balancer with n members in a topology named after
 // prefix; the test's end removes it.
-func startHBLoadBalancer(t *testing.T, prefix string, n int) (*topo.LB, *hbReceiver, *testenv.Env, []hbMember) {
+func startHBLoadBalancer(t *testing.T, prefix string, n int) (*topo.LB, *hbutil.Receiver, *testenv.Env, []hbutil.Member) {
 	topo.RequireRoot(t)
 	name := topo.UniqueName(prefix)
 	lb := topo.LBTopology(t, topo.LBOptions{AmphoraName: name, Members: n})
-	hm := newHBReceiver(t)
+	hm := hbutil.NewReceiver(t)
 	env := testenv.New(t)
-	env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\n", name, hm.addr())
+	env.Extra = fmt.Sprintf("[amphora_agent]\nnetwork_namespace = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\n", name, hm.Addr())
 	env.Start()
 	base := env.Path("lib")
 	t.Cleanup(func() { hbRemoveLB(t, env, base) })
 	ids := []string{"e1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8", "f2b3c4d5-e6f7-4081-9203-b4c5d6e7f809"}
-	var members []hbMember
+	var members []hbutil.Member
 	for i := range n {
-		members = append(members, hbMember{ID: ids[i], Addr: lb.Members[i].HostPort(), Weight: 1, Check: true})
+		members = append(members, hbutil.Member{ID: ids[i], Addr: lb.Members[i].HostPort(), Weight: 1, Check: true})
 	}
-	cfg := hbConfig(t, base, net.JoinHostPort(lb.VIP, "80"), members)
-	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+env.AmphoraID+"/"+hbLB+"/haproxy", []byte(cfg)); status != 202 {
+	cfg := hbutil.Config(t, base, net.JoinHostPort(lb.VIP, "80"), members)
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+env.AmphoraID+"/"+hbutil.LB+"/haproxy", []byte(cfg)); status != 202 {
 		t.Fatalf("upload: %d %s", status, body)
 	}
-	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+hbLB+"/start", nil); status != 202 {
+	if status, _, body := env.Do("PUT", "/1.0/loadbalancer/"+hbutil.LB+"/start", nil); status != 202 {
 		t.Fatalf("start: %d %s\n%s", status, body, env.Output())
 	}
 	return lb, hm, env, members
@@ -112,12 +113,12 @@ func hbRemoveLB(t *testing.T, env *testenv.Env, base string) {
 	case <-env.Exited():
 	default:
 		client := env.Client()
-		req, _ := http.NewRequest("DELETE", env.URL("/1.0/listeners/"+hbLB), nil)
+		req, _ := http.NewRequest("DELETE", env.URL("/1.0/listeners/"+hbutil.LB), nil)
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 		}
 	}
-	if pid, err := pidfile.Read(filepath.Join(base, hbLB, hbLB+".pid")); err == nil {
+	if pid, err := pidfile.Read(filepath.Join(base, hbutil.LB, hbutil.LB+".pid")); err == nil {
 		syscall.Kill(-pid, syscall.SIGKILL)
 	}
 }
@@ -129,46 +130,46 @@ func hbRemoveLB(t *testing.T, env *testenv.Env, base string) {
 // spacing of received datagrams: about 1 s, then 2 s after the PUT, then
 // 1 s again after SIGHUP.
 func TestHeartbeatSystemConfigChanges(t *testing.T) {
-	first, second, third := newHBReceiver(t), newHBReceiver(t), newHBReceiver(t)
+	first, second, third := hbutil.NewReceiver(t), hbutil.NewReceiver(t), hbutil.NewReceiver(t)
 	env := testenv.New(t)
-	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-one\n", first.addr())
+	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-one\n", first.Addr())
 	env.Start()
-	m, _ := first.waitFor(hbWait, "key-one", "the first heartbeat", func(health.Message) bool { return true })
+	m, _ := first.WaitFor(hbutil.Wait, "key-one", "the first heartbeat", func(health.Message) bool { return true })
 	if m.Seq > 1 || m.ID != env.AmphoraID || len(m.Listeners) != 0 || len(m.Pools) != 0 {
 		t.Fatalf("first heartbeat %+v", m)
 	}
-	if med, gaps := first.medianSpacing(hbSpacingGaps, "key-one"); med >= 1500*time.Millisecond {
+	if med, gaps := first.MedianSpacing(hbSpacingGaps, "key-one"); med >= 1500*time.Millisecond {
 		t.Errorf("heartbeat_interval = 1: median spacing %v (gaps %v), want about 1 s", med, gaps)
 	} else {
 		t.Logf("heartbeat_interval = 1: median spacing %v (gaps %v)", med, gaps)
 	}
 
-	upload := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 2\nheartbeat_key = key-two\n", second.addr())
+	upload := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 2\nheartbeat_key = key-two\n", second.Addr())
 	if status, _, body := env.Do("PUT", "/1.0/config", []byte(upload)); status != 202 {
 		t.Fatalf("PUT /1.0/config: %d %s", status, body)
 	}
-	m2, _ := second.waitFor(hbWait, "key-two", "a heartbeat after PUT /1.0/config", func(health.Message) bool { return true })
+	m2, _ := second.WaitFor(hbutil.Wait, "key-two", "a heartbeat after PUT /1.0/config", func(health.Message) bool { return true })
 	if m2.Seq <= m.Seq {
 		t.Errorf("seq went from %d to %d", m.Seq, m2.Seq)
 	}
-	if med, gaps := second.medianSpacing(hbSpacingGaps, "key-two"); med < 1500*time.Millisecond || med > 3500*time.Millisecond {
+	if med, gaps := second.MedianSpacing(hbSpacingGaps, "key-two"); med < 1500*time.Millisecond || med > 3500*time.Millisecond {
 		t.Errorf("heartbeat_interval = 2 after PUT /1.0/config: median spacing %v (gaps %v), want about 2 s", med, gaps)
 	} else {
 		t.Logf("heartbeat_interval = 2 after PUT /1.0/config: median spacing %v (gaps %v)", med, gaps)
 	}
 
-	edited := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-three\n", third.addr())
+	edited := env.Config() + fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-three\n", third.Addr())
 	if err := os.WriteFile(env.ConfigPath, []byte(edited), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	m3, _ := third.waitFor(hbWait, "key-three", "a heartbeat after SIGHUP", func(health.Message) bool { return true })
+	m3, _ := third.WaitFor(hbutil.Wait, "key-three", "a heartbeat after SIGHUP", func(health.Message) bool { return true })
 	if m3.Seq <= m2.Seq {
 		t.Errorf("seq went from %d to %d", m2.Seq, m3.Seq)
 	}
-	if med, gaps := third.medianSpacing(hbSpacingGaps, "key-three"); med >= 1500*time.Millisecond {
+	if med, gaps := third.MedianSpacing(hbSpacingGaps, "key-three"); med >= 1500*time.Millisecond {
 		t.Errorf("heartbeat_interval = 1 after SIGHUP: median spacing %v (gaps %v), want about 1 s", med, gaps)
 	} else {
 		t.Logf("heartbeat_interval = 1 after SIGHUP: median spacing %v (gaps %v)", med, gaps)
@@ -180,46 +181,15 @@ func TestHeartbeatSystemConfigChanges(t *testing.T) {
 // measurement takes the median of.
 const hbSpacingGaps = 4
 
-// medianSpacing reads gaps+1 heartbeats, each of which must verify with
-// key, and returns the median time between consecutive arrivals with the
-// gaps it measured. A median shrugs off one datagram delayed by a busy
-// machine.
-func (r *hbReceiver) medianSpacing(gaps int, key string) (time.Duration, []time.Duration) {
-	r.t.Helper()
-	deadline := time.Now().Add(hbWait + time.Duration(gaps)*5*time.Second)
-	var stamps []time.Time
-	for len(stamps) < gaps+1 {
-		d := r.next(deadline)
-		if d == nil {
-			r.t.Fatalf("only %d heartbeats arrived; want %d to measure their spacing", len(stamps), gaps+1)
-		}
-		stamps = append(stamps, time.Now())
-		if _, err := healthtest.Decode[health.Message](d, key); err != nil {
-			r.t.Fatalf("heartbeat does not verify with key %q: %v", key, err)
-		}
-	}
-	measured := make([]time.Duration, 0, gaps)
-	for i := 1; i < len(stamps); i++ {
-		measured = append(measured, stamps[i].Sub(stamps[i-1]).Round(time.Millisecond))
-	}
-	sorted := slices.Clone(measured)
-	slices.Sort(sorted)
-	med := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		med = (sorted[len(sorted)/2-1] + med) / 2
-	}
-	return med, measured
-}
-
 // SIGHUP with a file that PUT /1.0/config would refuse keeps the
 // configuration in force: one error line says why, and heartbeats go on
 // to the same health manager signed with the same key.
 func TestHeartbeatSystemSIGHUPKeepsConfigOnBrokenFile(t *testing.T) {
-	hm := newHBReceiver(t)
+	hm := hbutil.NewReceiver(t)
 	env := testenv.New(t)
-	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-one\n", hm.addr())
+	env.Extra = fmt.Sprintf("[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = key-one\n", hm.Addr())
 	env.Start()
-	hm.waitFor(hbWait, "key-one", "the first heartbeat", func(health.Message) bool { return true })
+	hm.WaitFor(hbutil.Wait, "key-one", "the first heartbeat", func(health.Message) bool { return true })
 
 	const refused = "configuration reload failed; keeping the current configuration"
 	cases := []struct{ name, file, why string }{
@@ -243,7 +213,7 @@ func TestHeartbeatSystemSIGHUPKeepsConfigOnBrokenFile(t *testing.T) {
 		// Whatever was sent before the refusal is behind us after three
 		// more; each must verify with the old key.
 		for i := 0; i < 3; i++ {
-			hm.waitFor(hbWait, "key-one", c.name+": a heartbeat after SIGHUP", func(health.Message) bool { return true })
+			hm.WaitFor(hbutil.Wait, "key-one", c.name+": a heartbeat after SIGHUP", func(health.Message) bool { return true })
 		}
 	}
 }
@@ -257,13 +227,13 @@ func TestHeartbeatSystemStoppedWorkerKeepsListener(t *testing.T) {
 	_, hm, env, _ := startHBLoadBalancer(t, "hbstop", 1)
 	base := env.Path("lib")
 	key := "insecure"
-	hm.waitFor(hbWait, key, "the listener OPEN", func(m health.Message) bool {
-		return m.Listeners[hbListener].Status == "OPEN"
+	hm.WaitFor(hbutil.Wait, key, "the listener OPEN", func(m health.Message) bool {
+		return m.Listeners[hbutil.Listener].Status == "OPEN"
 	})
 
-	cfgPath := filepath.Join(base, hbLB, "haproxy.cfg")
+	cfgPath := filepath.Join(base, hbutil.LB, "haproxy.cfg")
 	var workers []int
-	for _, pid := range daemonsOf("haproxy", cfgPath) {
+	for _, pid := range tiersutil.DaemonsOf("haproxy", cfgPath) {
 		if !slices.Contains(mainsOf("haproxy", cfgPath), pid) {
 			workers = append(workers, pid)
 		}
@@ -288,12 +258,12 @@ func TestHeartbeatSystemStoppedWorkerKeepsListener(t *testing.T) {
 	// carry the listener too, so every datagram of the stop is checked.
 	beats := 0
 	for time.Since(stopped) < stop {
-		m, ok := hm.nextMessage(stopped.Add(stop), key)
+		m, ok := hm.NextMessage(stopped.Add(stop), key)
 		if !ok {
 			break
 		}
 		beats++
-		if _, ok := m.Listeners[hbListener]; !ok {
+		if _, ok := m.Listeners[hbutil.Listener]; !ok {
 			t.Fatalf("heartbeat seq %d, %v into the stop, left the listener out: %+v\n%s", m.Seq,
 				time.Since(stopped).Round(time.Millisecond), m, env.Output())
 		}
@@ -303,8 +273,8 @@ func TestHeartbeatSystemStoppedWorkerKeepsListener(t *testing.T) {
 		t.Fatalf("%d heartbeats during a %v stop at heartbeat_interval = 1", beats, stop)
 	}
 	resumed := time.Now()
-	m, _ := hm.waitFor(hbWait, key, "a heartbeat after the worker runs again", func(m health.Message) bool {
-		return m.Listeners[hbListener].Status == "OPEN"
+	m, _ := hm.WaitFor(hbutil.Wait, key, "a heartbeat after the worker runs again", func(m health.Message) bool {
+		return m.Listeners[hbutil.Listener].Status == "OPEN"
 	})
 	t.Logf("%d heartbeats during the %v stop, all with the listener; seq %d %v after SIGCONT", beats, stop, m.Seq,
 		time.Since(resumed).Round(time.Millisecond))

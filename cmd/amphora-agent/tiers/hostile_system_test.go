@@ -37,8 +37,11 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/metrics"
 	"github.com/amphora-agent/amphora-agent/agent/metrics/metricstest"
 	"github.com/amphora-agent/amphora-agent/agent/status"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vrrputil"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
@@ -65,7 +68,7 @@ func newHostileRig(t *testing.T, readTimeout int) *hostileRig {
 	e.Extra = fmt.Sprintf("[amphora_agent]\nmax_upload_size = %d\nagent_request_read_timeout = %d\n", hostileLimit, readTimeout)
 	e.Start()
 	h := &hostileRig{t: t, e: e, base: e.Path("lib")}
-	h.cfg = plainLBConfig(h.base, hostileLB, "127.0.0.1:8081", "127.0.0.1:8443")
+	h.cfg = tiersutil.PlainLBConfig(h.base, hostileLB, "127.0.0.1:8081", "127.0.0.1:8443")
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+hostileLB+"/haproxy", []byte(h.cfg)); status != 202 {
 		t.Fatalf("upload: %d %s", status, body)
 	}
@@ -427,7 +430,7 @@ func TestHostileConcurrency(t *testing.T) {
 		t.Errorf("stored certificate is none of the uploads (%d bytes)", len(cert))
 	}
 	if status, _, body := e.Do("GET", "/1.0/loadbalancer/"+hostileLB+"/certificates/x.pem", nil); status != 200 ||
-		!strings.Contains(string(body), md5Hex(cert)) {
+		!strings.Contains(string(body), tiersutil.MD5Hex(cert)) {
 		t.Errorf("certificate md5 after the race: %d %s", status, body)
 	}
 	// Only the two target files may differ.
@@ -449,7 +452,7 @@ func TestReservedIDsChangeNothing(t *testing.T) {
 	e.Start()
 	const lb = "5b6c3d0e-7f1a-4b2c-9d3e-0f1a2b3c4d5e"
 	base := e.Path("lib")
-	cfg := []byte(plainLBConfig(base, lb, "127.0.0.1:8081", "127.0.0.1:8443"))
+	cfg := []byte(tiersutil.PlainLBConfig(base, lb, "127.0.0.1:8081", "127.0.0.1:8443"))
 	if status, _, body := e.Do("PUT", "/1.0/loadbalancer/"+e.AmphoraID+"/"+lb+"/haproxy", cfg); status != 202 {
 		t.Fatalf("upload %s: %d %s", lb, status, body)
 	}
@@ -627,7 +630,7 @@ func TestHostileKeepalivedInclude(t *testing.T) {
 		if err := os.WriteFile(secret, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		vrrp := (&vrrpAmp{env: e, priority: 100, addr: "203.0.113.7"}).config("203.0.113.8")
+		vrrp := (&vrrputil.Amp{Env: e, Priority: 100, Addr: "203.0.113.7"}).Config("203.0.113.8")
 		lvs := lvsConfig(e, includeLVS)
 		for _, up := range []struct{ name, path, body string }{
 			{"VRRP, include", "/1.0/vrrp/upload", vrrp + "include " + secret + "\n"},
@@ -654,7 +657,7 @@ func TestHostileKeepalivedInclude(t *testing.T) {
 		}
 	}
 	// The controller's own uploads are accepted.
-	vrrp := (&vrrpAmp{env: e, priority: 100, addr: "203.0.113.7"}).config("203.0.113.8")
+	vrrp := (&vrrputil.Amp{Env: e, Priority: 100, Addr: "203.0.113.7"}).Config("203.0.113.8")
 	if status, _, resp := e.Do("PUT", "/1.0/vrrp/upload", []byte(vrrp)); status != 200 {
 		t.Errorf("the controller's VRRP config: %d %s", status, resp)
 	}
@@ -786,8 +789,8 @@ func TestHostileSecondAgentChangesNothing(t *testing.T) {
 	_, hm, env, _ := startHBLoadBalancer(t, "two", 1)
 	base := env.Path("lib")
 	key := "insecure"
-	hm.waitFor(hbWait, key, "A's heartbeat with the listener", func(m health.Message) bool {
-		_, ok := m.Listeners[hbListener]
+	hm.WaitFor(hbutil.Wait, key, "A's heartbeat with the listener", func(m health.Message) bool {
+		_, ok := m.Listeners[hbutil.Listener]
 		return ok && m.Seq > 0
 	})
 	sock := filepath.Join(base, status.SocketName)
@@ -827,15 +830,15 @@ func TestHostileSecondAgentChangesNothing(t *testing.T) {
 		t.Errorf("status after the second agent: %+v", r.Agent)
 	}
 	for seq := uint64(0); seq <= r.Heartbeat.Seq; {
-		d := hm.next(time.Now().Add(hbWait))
+		d := hm.Next(time.Now().Add(hbutil.Wait))
 		if d == nil {
-			t.Fatalf("no heartbeat after seq %d within %v", seq, hbWait)
+			t.Fatalf("no heartbeat after seq %d within %v", seq, hbutil.Wait)
 		}
 		m, err := healthtest.Decode[health.Message](d, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := m.Listeners[hbListener]; m.Seq == 0 || !ok {
+		if _, ok := m.Listeners[hbutil.Listener]; m.Seq == 0 || !ok {
 			t.Fatalf("a heartbeat that is not A's arrived: %+v", m)
 		}
 		seq = m.Seq
@@ -924,7 +927,7 @@ func haproxyMastersOf(t *testing.T, base string) []int {
 	var masters []int
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
-		if err != nil || !isHAProxy(pid) {
+		if err != nil || !tiersutil.IsHAProxy(pid) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -935,7 +938,7 @@ func haproxyMastersOf(t *testing.T, base string) []int {
 		}
 		// pid (comm) state ppid ...
 		fields := strings.Fields(string(stat[i+1:]))
-		if ppid, err := strconv.Atoi(fields[1]); err == nil && !isHAProxy(ppid) {
+		if ppid, err := strconv.Atoi(fields[1]); err == nil && !tiersutil.IsHAProxy(ppid) {
 			masters = append(masters, pid)
 		}
 	}

@@ -1,4 +1,4 @@
-//go:build interop || vm
+//go:build interop
 
 // The interop tier: the real agent binary driven by the real Octavia
 // controller client (Debian's python3-octavia, AmphoraAPIClient1_0) through
@@ -9,13 +9,10 @@ package tiers_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,16 +20,11 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 )
 
 const (
-	// debianPython is the interpreter python3-octavia is installed for; the
-	// python3 on PATH may be another one.
-	debianPython = "/usr/bin/python3"
-	// scriptTimeout bounds one run of the controller script (imports alone
-	// take several seconds).
-	scriptTimeout = 120 * time.Second
 	// unknownPathLimit is how fast the client must give up on an unknown
 	// path: a retried 404 would take connection_max_retries x
 	// connection_retry_interval (3 x 1 s) at least.
@@ -43,43 +35,6 @@ const (
 	newTopology          = "ACTIVE_STANDBY"
 	notFoundException    = "octavia.amphorae.drivers.haproxy.exceptions.NotFound"
 )
-
-// requireOctavia fails (never skips) when the controller code is missing:
-// this tier exists to run against it.
-func requireOctavia(t *testing.T) {
-	t.Helper()
-	const hint = "the interop tier needs Debian's python3-octavia; run `make test` (which installs python3-octavia)"
-	if _, err := os.Stat(debianPython); err != nil {
-		t.Fatalf("%s: %v; %s", debianPython, err, hint)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, "-c",
-		"import octavia.amphorae.drivers.haproxy.rest_api_driver")
-	cmd.Env = pythonEnv()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import octavia's amphora REST driver: %v\n%s\n%s", debianPython, err, out, hint)
-	}
-}
-
-// pythonEnv is the environment for the controller script: no variables of
-// another Python installation, and no HTTP proxy between the controller
-// and the amphora.
-func pythonEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		switch {
-		case strings.HasPrefix(name, "PYTHON"), strings.HasPrefix(name, "VIRTUAL_ENV"),
-			strings.EqualFold(name, "http_proxy"), strings.EqualFold(name, "https_proxy"),
-			strings.EqualFold(name, "all_proxy"), strings.EqualFold(name, "no_proxy"),
-			strings.EqualFold(name, "REQUESTS_CA_BUNDLE"), strings.EqualFold(name, "CURL_CA_BUNDLE"):
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
-}
 
 // clientReport is what controller_client.py prints.
 type clientReport struct {
@@ -112,8 +67,8 @@ type callResult struct {
 }
 
 func TestInteropControllerClient(t *testing.T) {
-	requireOctavia(t)
-	script := testdataScript(t, "interop", "controller_client.py")
+	ctrlutil.RequireOctavia(t)
+	script := ctrlutil.TestdataScript(t, "interop", "controller_client.py")
 
 	env := testenv.New(t)
 	env.Start()
@@ -299,7 +254,7 @@ func TestInteropControllerClient(t *testing.T) {
 		u := report.UnknownPath
 		if u.Raised == nil || *u.Raised != notFoundException {
 			t.Errorf("GET 1.0/%s raised %v, want %s (status %d, content-type %q, body %s)",
-				u.Path, deref(u.Raised), notFoundException, u.Status, u.ContentType, u.Body)
+				u.Path, ctrlutil.Deref(u.Raised), notFoundException, u.Status, u.ContentType, u.Body)
 		}
 		if u.Status != 404 || !strings.Contains(u.ContentType, "application/json") {
 			t.Errorf("GET 1.0/%s: status %d content-type %q, want 404 application/json", u.Path, u.Status, u.ContentType)
@@ -318,52 +273,10 @@ func TestInteropControllerClient(t *testing.T) {
 	}
 }
 
-// testdataScript is the absolute path of a controller script under
-// testdata.
-func testdataScript(t *testing.T, elem ...string) string {
-	t.Helper()
-	script, err := filepath.Abs(filepath.Join(append([]string{"testdata"}, elem...)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return script
-}
-
-// runControllerScript runs a controller script under a deadline and
-// returns its stdout, its stderr (octavia's log) and how long it ran; a
-// failed run fails the test with the script's traceback and the agent's
-// log.
-func runControllerScript(t *testing.T, env *testenv.Env, script string, args ...string) ([]byte, string, time.Duration) {
-	t.Helper()
-	name := filepath.Base(script)
-	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, append([]string{script}, args...)...)
-	cmd.Env = pythonEnv()
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	took := time.Since(start)
-	if ctx.Err() != nil {
-		t.Fatalf("controller script %s did not finish within %v\nstderr:\n%s\nagent output:\n%s", name, scriptTimeout, stderr.String(), env.Output())
-	}
-	if err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			t.Fatalf("running %s: %v", script, err)
-		}
-		t.Fatalf("controller script %s failed after %v: %v\nstderr:\n%s\nstdout:\n%s\nagent output:\n%s",
-			name, took.Round(time.Millisecond), err, stderr.String(), stdout.String(), env.Output())
-	}
-	return stdout.Bytes(), stderr.String(), took
-}
-
 // runControllerClient runs controller_client.py and decodes its report.
 func runControllerClient(t *testing.T, env *testenv.Env, script string, args ...string) (clientReport, string, time.Duration) {
 	t.Helper()
-	stdout, stderr, took := runControllerScript(t, env, script, args...)
+	stdout, stderr, took := ctrlutil.RunControllerScript(t, env, script, args...)
 	var report clientReport
 	dec := json.NewDecoder(bytes.NewReader(stdout))
 	dec.DisallowUnknownFields()
@@ -515,11 +428,4 @@ func requestLines(env *testenv.Env) string {
 		}
 	}
 	return b.String()
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return "nothing"
-	}
-	return *s
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/lvsutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 	"github.com/amphora-agent/amphora-agent/netns"
@@ -76,9 +78,9 @@ type shapeVRRP struct {
 	Conf           map[string]int `json:"conf,omitempty"` // [keepalived_vrrp] options
 }
 
-// shapeMonitor is an lvsMonitor of any type, as the API takes it.
+// shapeMonitor is an lvsutil.Monitor of any type, as the API takes it.
 type shapeMonitor struct {
-	lvsMonitor
+	lvsutil.Monitor
 	Type               string `json:"type"`
 	Rise               int    `json:"rise"`
 	Enabled            bool   `json:"enabled"`
@@ -94,7 +96,7 @@ type shapePersistence struct {
 }
 
 type shapeMember struct {
-	lvsMember
+	lvsutil.Member
 	Backup             bool   `json:"backup"`
 	SubnetID           string `json:"subnet_id"`
 	MonitorAddress     string `json:"monitor_address,omitempty"`
@@ -161,7 +163,7 @@ func members(n int, v6 bool) []shapeMember {
 		if v6 {
 			addr = fmt.Sprintf("2001:db8:b::%d", 21+i)
 		}
-		ms = append(ms, shapeMember{lvsMember: lvsMember{ID: fmt.Sprintf("e1e2e3e4-0000-4000-8000-%012d", 100*boolInt(v6)+i),
+		ms = append(ms, shapeMember{Member: lvsutil.Member{ID: fmt.Sprintf("e1e2e3e4-0000-4000-8000-%012d", 100*boolInt(v6)+i),
 			Address: addr, Port: 5353, Weight: 1, Enabled: true}, SubnetID: "member-subnet"})
 	}
 	return ms
@@ -194,7 +196,7 @@ func sctp(edit ...func(*shapeLVS)) *shapeLVS {
 // monitor adds an enabled health monitor of the type (HTTP ones GET /).
 func monitor(typ string) func(*shapeLVS) {
 	return func(l *shapeLVS) {
-		m := &shapeMonitor{lvsMonitor: lvsMonitor{ID: "f1f2f3f4-0000-4000-8000-000000000001", Delay: 5, Timeout: 3, Fall: 3}, Type: typ, Rise: 2, Enabled: true}
+		m := &shapeMonitor{Monitor: lvsutil.Monitor{ID: "f1f2f3f4-0000-4000-8000-000000000001", Delay: 5, Timeout: 3, Fall: 3}, Type: typ, Rise: 2, Enabled: true}
 		if typ == "HTTP" {
 			m.HTTPMethod, m.URLPath, m.ExpectedCodes = "GET", "/", "200"
 		}
@@ -342,7 +344,7 @@ type shapeResult struct {
 // config cut before their last closing brace (400, keepalived's words) and
 // keeps what it had.
 func TestInteropKeepalivedShapes(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	topo.RequireRoot(t)
 	ns := topo.NewNamespace(t, "kas")
 	peer := topo.NewNamespace(t, "kasp")
@@ -354,7 +356,7 @@ func TestInteropKeepalivedShapes(t *testing.T) {
 	base := env.Path("lib")
 	// Nothing here starts keepalived; should a regression do so, it must
 	// not outlive the test.
-	t.Cleanup(func() { killLVSKeepalived(t, filepath.Join(base, "lvs")) })
+	t.Cleanup(func() { lvsutil.KillKeepalived(t, filepath.Join(base, "lvs")) })
 	env.Start()
 
 	var spec []map[string]any
@@ -407,7 +409,7 @@ func TestInteropKeepalivedShapes(t *testing.T) {
 	if err := fsutil.WriteFile(specFile, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, took := runControllerScript(t, env, testdataScript(t, "interop", "keepalived_shapes.py"),
+	stdout, stderr, took := ctrlutil.RunControllerScript(t, env, ctrlutil.TestdataScript(t, "interop", "keepalived_shapes.py"),
 		"--amphora-id", env.AmphoraID, "--port", fmt.Sprint(env.Port),
 		"--client-cert", env.ClientCert, "--server-ca", env.CAFile, "--workdir", work,
 		"--base-path", base, "--namespace", ns.Name, "--spec", specFile)
@@ -434,10 +436,10 @@ func TestInteropKeepalivedShapes(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			r := results[s.name]
 			if r.Config == nil {
-				t.Fatalf("the templater rendered nothing: %s", deref(r.Raised))
+				t.Fatalf("the templater rendered nothing: %s", ctrlutil.Deref(r.Raised))
 			}
 			if r.Raised != nil || r.Status != 200 || r.Body != `{"message":"OK"}` {
-				t.Errorf("refused: %d %s (the driver raised %s)\nconfig:\n%s", r.Status, r.Body, deref(r.Raised), *r.Config)
+				t.Errorf("refused: %d %s (the driver raised %s)\nconfig:\n%s", r.Status, r.Body, ctrlutil.Deref(r.Raised), *r.Config)
 			}
 			if s.lvs != nil {
 				stored(t, filepath.Join(base, "lvs", "octavia-keepalivedlvs-"+listenerIDs[s.name]+".conf"), *r.Config)
@@ -454,7 +456,7 @@ func TestInteropKeepalivedShapes(t *testing.T) {
 			r := results[cut]
 			if r.Status != 400 || r.Raised == nil || !strings.HasPrefix(*r.Raised, "octavia.amphorae.drivers.haproxy.exceptions.InvalidRequest") ||
 				!strings.Contains(r.Body, "missing '}'") {
-				t.Errorf("a config cut short: %d %s (raised %s), want 400 with keepalived's words", r.Status, r.Body, deref(r.Raised))
+				t.Errorf("a config cut short: %d %s (raised %s), want 400 with keepalived's words", r.Status, r.Body, ctrlutil.Deref(r.Raised))
 			}
 			of := truncated[cut]
 			path := vrrpConf

@@ -23,6 +23,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
 
@@ -209,7 +210,7 @@ func TestHAProxyBasePathUnderPrivateParent(t *testing.T) {
 		}()
 		testenv.WaitFor(t, 20*time.Second, "generation "+gen+" over TLS", func() bool {
 			var g string
-			g, last = getMember(https, "https"+strings.TrimPrefix(f.lb.URL(443, "/"), "http"), "X-Gen")
+			g, last = tiersutil.GetMember(https, "https"+strings.TrimPrefix(f.lb.URL(443, "/"), "http"), "X-Gen")
 			if last == nil && g != gen {
 				last = fmt.Errorf("generation %q served", g)
 			}

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/lvsutil"
 )
 
 const (
@@ -25,6 +28,12 @@ const (
 	ilSCTPMon     = "c2000003-0000-4000-8000-000000000003"
 	ilSCTPMember  = "c2000004-0000-4000-8000-000000000004"
 )
+
+// lvsCreateResult is what the lvs-create phase returns: the keepalived
+// configs the driver uploaded, by listener id.
+type lvsCreateResult struct {
+	LVSConfigs map[string]string `json:"lvs_configs"`
+}
 
 // A load balancer with an HTTP listener gains a UDP and an SCTP listener
 // through the real controller driver: update_amphora_listeners sends all
@@ -46,7 +55,7 @@ const (
 // UP/DOWN from the kernel's table are the VM tier's (TestVMSingleAmphora).
 func TestInteropLVSListeners(t *testing.T) {
 	const key = "interop-lvs"
-	hm := newHBReceiver(t)
+	hm := hbutil.NewReceiver(t)
 	wrapper := filepath.Join(t.TempDir(), "keepalived")
 	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec /usr/sbin/keepalived --vrrp \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -54,30 +63,30 @@ func TestInteropLVSListeners(t *testing.T) {
 	var base string
 	f := newHAPFixture(t, func(f *hapFixture) []string {
 		m := f.lb.Members[0].Addr
-		return []string{"--namespace", f.ns, "--lvs-spec", lvsSpecArg(t,
-			lvsListener{ID: ilUDPListener, Protocol: "UDP", Port: 5353, PoolID: ilUDPPool, Members: []lvsMember{
+		return []string{"--namespace", f.ns, "--lvs-spec", lvsutil.SpecArg(t,
+			lvsutil.Listener{ID: ilUDPListener, Protocol: "UDP", Port: 5353, PoolID: ilUDPPool, Members: []lvsutil.Member{
 				{ID: ilUDPMember1, Address: m, Port: 5353, Weight: 1, Enabled: true},
 				{ID: ilUDPMember2, Address: f.lb.Members[1].Addr, Port: 5353, Weight: 1, Enabled: false}}},
-			lvsListener{ID: ilSCTPList, Protocol: "SCTP", Port: 3868, PoolID: ilSCTPPool,
-				Monitor: &lvsMonitor{ID: ilSCTPMon, Delay: 2, Timeout: 1, Fall: 1},
-				Members: []lvsMember{{ID: ilSCTPMember, Address: m, Port: 3868, Weight: 1, Enabled: true}}},
+			lvsutil.Listener{ID: ilSCTPList, Protocol: "SCTP", Port: 3868, PoolID: ilSCTPPool,
+				Monitor: &lvsutil.Monitor{ID: ilSCTPMon, Delay: 2, Timeout: 1, Fall: 1},
+				Members: []lvsutil.Member{{ID: ilSCTPMember, Address: m, Port: 3868, Weight: 1, Enabled: true}}},
 		)}
 	}, func(f *hapFixture) {
 		base = f.base
 		f.env.Extra += fmt.Sprintf("keepalived_cmd = %s\n\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = %s\n",
-			wrapper, hm.addr(), key)
+			wrapper, hm.Addr(), key)
 	})
 	defer f.finish()
 	lvsDir := filepath.Join(base, "lvs")
-	t.Cleanup(func() { killLVSKeepalived(t, lvsDir) })
+	t.Cleanup(func() { lvsutil.KillKeepalived(t, lvsDir) })
 
-	f.ctl.run("create", nil)
-	create := f.ctl.run("lvs-create", nil)
+	f.ctl.Run("create", nil)
+	create := f.ctl.Run("lvs-create", nil)
 	// Each LVS listener: upload then reload (which starts it); then the
 	// HAProxy config and its reload.
 	want := []string{"get_api_version", "get_info", "upload_udp_config", "reload_listener", "upload_udp_config", "reload_listener",
 		"upload_config", "reload_listener"}
-	if got := create.callNames(); !reflect.DeepEqual(got, want) {
+	if got := create.CallNames(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("lvs-create: the driver called %v, want %v", got, want)
 	}
 	res := hapResult[lvsCreateResult](t, create)
@@ -86,7 +95,7 @@ func TestInteropLVSListeners(t *testing.T) {
 		if err != nil || string(stored) != res.LVSConfigs[id] || !strings.Contains(string(stored), "net_namespace "+f.ns) {
 			t.Fatalf("listener %s: stored config differs from the upload (%v):\n%s", id, err, stored)
 		}
-		if pid := lvsPid(lvsDir, id); pid == 0 || !f.inNamespace(pid) {
+		if pid := lvsutil.Pid(lvsDir, id); pid == 0 || !f.inNamespace(pid) {
 			t.Fatalf("listener %s: no keepalived running in %s (pid %d)\n%s", id, f.ns, pid, f.env.Output())
 		}
 	}
@@ -94,15 +103,15 @@ func TestInteropLVSListeners(t *testing.T) {
 	// The driver's reload of the load balancer reloads each LVS listener:
 	// in place (SIGHUP), as this host's keepalived (2.2.2 or later:
 	// bookworm's 2.2.7) applies member changes on a reload.
-	before := lvsPid(lvsDir, ilUDPListener)
-	reload := f.ctl.run("lvs-reload", nil)
-	if got := reload.callNames(); !slices.Contains(got, "reload_listener") || !slices.Contains(got, "get_all_listeners") {
+	before := lvsutil.Pid(lvsDir, ilUDPListener)
+	reload := f.ctl.Run("lvs-reload", nil)
+	if got := reload.CallNames(); !slices.Contains(got, "reload_listener") || !slices.Contains(got, "get_all_listeners") {
 		t.Fatalf("lvs-reload: %v", got)
 	}
 	f.checkListeners(hapResult[map[string][]map[string]any](t, reload)["listeners"],
 		// SCTP listeners are "UDP" too, as upstream says.
-		map[string]string{hapListener: "HTTP", ilUDPListener: "UDP", ilSCTPList: "UDP"})
-	if after := lvsPid(lvsDir, ilUDPListener); after == 0 || after != before {
+		map[string]string{ctrlutil.HAPListener: "HTTP", ilUDPListener: "UDP", ilSCTPList: "UDP"})
+	if after := lvsutil.Pid(lvsDir, ilUDPListener); after == 0 || after != before {
 		t.Errorf("reload replaced the UDP listener's keepalived (%d, then %d) instead of reloading it", before, after)
 	}
 
@@ -120,7 +129,7 @@ func TestInteropLVSListeners(t *testing.T) {
 		}
 		return len(m.Listeners) == 3 && m.Listeners[ilUDPListener].Status == "OPEN" && m.Listeners[ilSCTPList].Status == "OPEN"
 	}
-	m, datagram := hm.waitFor(30*time.Second, key, "the LVS listeners and pools", settled)
+	m, datagram := hm.WaitFor(30*time.Second, key, "the LVS listeners and pools", settled)
 	if m.Listeners[ilUDPListener].Stats != (health.Stats{}) {
 		t.Errorf("UDP listener counters without IPVS: %+v", m.Listeners[ilUDPListener].Stats)
 	}
@@ -128,11 +137,11 @@ func TestInteropLVSListeners(t *testing.T) {
 	// The health manager, with the controller's database view of the LB.
 	const unknown = "NOT_YET_KNOWN"
 	dbLB := map[string]any{
-		"id": hapLB, "enabled": true, "provisioning_status": "ACTIVE", "operating_status": unknown,
+		"id": ctrlutil.HAPLB, "enabled": true, "provisioning_status": "ACTIVE", "operating_status": unknown,
 		"listeners": map[string]any{
-			hapListener:   map[string]any{"operating_status": unknown, "protocol": "HTTP", "enabled": true},
-			ilUDPListener: map[string]any{"operating_status": unknown, "protocol": "UDP", "enabled": true},
-			ilSCTPList:    map[string]any{"operating_status": unknown, "protocol": "SCTP", "enabled": true},
+			ctrlutil.HAPListener: map[string]any{"operating_status": unknown, "protocol": "HTTP", "enabled": true},
+			ilUDPListener:        map[string]any{"operating_status": unknown, "protocol": "UDP", "enabled": true},
+			ilSCTPList:           map[string]any{"operating_status": unknown, "protocol": "SCTP", "enabled": true},
 		},
 		"pools": map[string]any{
 			ilUDPPool: map[string]any{"operating_status": unknown, "members": map[string]any{
@@ -147,7 +156,7 @@ func TestInteropLVSListeners(t *testing.T) {
 	if !s.HealthRefreshed {
 		t.Errorf("listener count gate: the health manager did not refresh the amphora's health (3 listeners sent)")
 	}
-	for _, id := range []string{hapListener, ilUDPListener, ilSCTPList} {
+	for _, id := range []string{ctrlutil.HAPListener, ilUDPListener, ilSCTPList} {
 		if s.Listeners[id] != "ONLINE" {
 			t.Errorf("listener %s: %q, want ONLINE", id, s.Listeners[id])
 		}
@@ -161,7 +170,7 @@ func TestInteropLVSListeners(t *testing.T) {
 	if st, ok := s.Members[ilSCTPMember]; ok {
 		t.Errorf("a RESTARTING member's status was written: %s", st)
 	}
-	if s.LoadBalancerStat[hapLB] != "ERROR" {
+	if s.LoadBalancerStat[ctrlutil.HAPLB] != "ERROR" {
 		t.Errorf("load balancer: %v, want ERROR (a pool is DOWN)", s.LoadBalancerStat)
 	}
 	var udpRecord bool
@@ -173,15 +182,15 @@ func TestInteropLVSListeners(t *testing.T) {
 	}
 
 	// delete_listener for each LVS listener: keepalived stops, its files go.
-	del := f.ctl.run("lvs-delete", nil)
+	del := f.ctl.Run("lvs-delete", nil)
 	got := hapResult[map[string][]map[string]any](t, del)["listeners"]
-	f.checkListeners(got, map[string]string{hapListener: "HTTP"})
+	f.checkListeners(got, map[string]string{ctrlutil.HAPListener: "HTTP"})
 	for _, id := range []string{ilUDPListener, ilSCTPList} {
 		if _, err := os.Stat(filepath.Join(lvsDir, "octavia-keepalivedlvs-"+id+".conf")); !os.IsNotExist(err) {
 			t.Errorf("listener %s: config left after delete: %v", id, err)
 		}
 	}
-	hm.waitFor(30*time.Second, key, "only the HTTP listener", func(m health.Message) bool {
+	hm.WaitFor(30*time.Second, key, "only the HTTP listener", func(m health.Message) bool {
 		_, udp := m.Pools[ilUDPPool]
 		return len(m.Listeners) == 1 && !udp
 	})

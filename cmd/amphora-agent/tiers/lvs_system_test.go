@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/lvsutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 )
 
 // lvsConfig is shaped like Octavia's LVS template renders a UDP listener
@@ -80,7 +83,7 @@ func TestLVSListenerUploadAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if got, want := resp.Header.Get("ETag"), md5Hex([]byte(cfg)); got != want {
+	if got, want := resp.Header.Get("ETag"), tiersutil.MD5Hex([]byte(cfg)); got != want {
 		t.Fatalf("ETag %q, want %q", got, want)
 	}
 
@@ -142,7 +145,7 @@ func TestLVSListenerUploadAndDelete(t *testing.T) {
 // A restart that fails leaves it out of the heartbeats at once.
 func TestLVSHeartbeatDuringRestart(t *testing.T) {
 	const id, key = "5b6c7d8e-9f0a-4b1c-8d2e-3f4a5b6c7d90", "lvs-restart"
-	hm := newHBReceiver(t)
+	hm := hbutil.NewReceiver(t)
 	e := testenv.New(t)
 	slow, refuse := e.Path("slow"), e.Path("refuse")
 	wrapper := e.Path("keepalived")
@@ -165,9 +168,9 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 		}
 	})
 	e.Extra = fmt.Sprintf("[amphora_agent]\nkeepalived_cmd = %s\n[health_manager]\ncontroller_ip_port_list = %s\nheartbeat_interval = 1\nheartbeat_key = %s\n",
-		wrapper, hm.addr(), key)
+		wrapper, hm.Addr(), key)
 	e.Start()
-	t.Cleanup(func() { killLVSKeepalived(t, e.Path("lib", "lvs")) })
+	t.Cleanup(func() { lvsutil.KillKeepalived(t, e.Path("lib", "lvs")) })
 	if status, _, body := e.Do("PUT", "/1.0/listeners/"+e.AmphoraID+"/"+id+"/udp_listener", []byte(lvsConfig(e, id))); status != 200 {
 		t.Fatalf("upload: %d %s", status, body)
 	}
@@ -175,7 +178,7 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 		t.Fatalf("start: %d %s\n%s", status, body, e.Output())
 	}
 	carries := func(m health.Message) bool { _, ok := m.Listeners[id]; return ok }
-	hm.waitFor(hbWait, key, "the UDP listener", carries)
+	hm.WaitFor(hbutil.Wait, key, "the UDP listener", carries)
 
 	reload := func() <-chan int {
 		done := make(chan int, 1)
@@ -193,7 +196,7 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 	}
 	os.WriteFile(slow, nil, 0o644)
 	done := reload()
-	deadline := time.Now().Add(hbWait)
+	deadline := time.Now().Add(hbutil.Wait)
 	var during, down int
 	for status := 0; status == 0; {
 		select {
@@ -204,7 +207,7 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 			continue
 		default:
 		}
-		m, ok := hm.nextMessage(time.Now().Add(2*time.Second), key)
+		m, ok := hm.NextMessage(time.Now().Add(2*time.Second), key)
 		if time.Now().After(deadline) {
 			t.Fatal("the slow reload did not end")
 		}
@@ -212,7 +215,7 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 			continue
 		}
 		during++
-		if lvsPid(e.Path("lib", "lvs"), id) == 0 {
+		if lvsutil.Pid(e.Path("lib", "lvs"), id) == 0 {
 			down++
 		}
 		if !carries(m) {
@@ -223,7 +226,7 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 		t.Fatalf("only %d of %d heartbeats came while keepalived was down", down, during)
 	}
 	os.Remove(slow)
-	hm.waitFor(hbWait, key, "the UDP listener after the restart", carries)
+	hm.WaitFor(hbutil.Wait, key, "the UDP listener after the restart", carries)
 
 	// A keepalived that does not come back is left out once the reload
 	// failed.
@@ -231,5 +234,5 @@ func TestLVSHeartbeatDuringRestart(t *testing.T) {
 	if status := <-reload(); status != 500 {
 		t.Fatalf("failing reload: %d", status)
 	}
-	hm.waitFor(hbWait, key, "no UDP listener after a failed restart", func(m health.Message) bool { return !carries(m) })
+	hm.WaitFor(hbutil.Wait, key, "no UDP listener after a failed restart", func(m health.Message) bool { return !carries(m) })
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 )
 
 // TestMasqueradeScriptIdempotent runs the packaged LVS masquerade script
@@ -23,9 +24,9 @@ func TestMasqueradeScriptIdempotent(t *testing.T) {
 	n.startWithMasquerade()
 
 	vipBody, memberBody := n.plugBodies(false)
-	for path, body := range map[string]string{"/1.0/plug/vip/" + netVIP: vipBody, "/1.0/plug/network": memberBody} {
-		if status, _, out := n.env.Do("POST", path, []byte(body)); status != 202 {
-			t.Fatalf("POST %s = %d %s\n%s", path, status, out, n.env.Output())
+	for path, body := range map[string]string{"/1.0/plug/vip/" + tiersutil.NetVIP: vipBody, "/1.0/plug/network": memberBody} {
+		if status, _, out := n.Env.Do("POST", path, []byte(body)); status != 202 {
+			t.Fatalf("POST %s = %d %s\n%s", path, status, out, n.Env.Output())
 		}
 	}
 
@@ -50,13 +51,13 @@ func TestMasqueradeScriptIdempotent(t *testing.T) {
 	check("after plugging", want)
 
 	for i := 1; i <= 3; i++ {
-		n.env.Stop()
-		n.env.Start()
+		n.Env.Stop()
+		n.Env.Start()
 		check(fmt.Sprintf("after agent restart %d", i), want)
 	}
 	iface := func(args ...string) {
 		t.Helper()
-		cmd := exec.Command(testenv.Binary(t), append([]string{"interface", "--config-file", n.env.ConfigPath}, args...)...)
+		cmd := exec.Command(testenv.Binary(t), append([]string{"interface", "--config-file", n.Env.ConfigPath}, args...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("interface %v: %v\n%s", args, err, out)
 		}
@@ -79,15 +80,15 @@ func TestMasqueradeScriptIdempotent(t *testing.T) {
 // LVS masquerade script.
 func (n *netTopology) startWithMasquerade() {
 	script := filepath.Join(packagingDir(), "lvs-masquerade.sh")
-	n.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", n.amp.Name, script)
-	n.env.Start()
+	n.Env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", n.Amp.Name, script)
+	n.Env.Start()
 }
 
 // masqueradeRules lists the rules of upstream's masquerade tables in the
 // agent's namespace as "family table chain: rule", sorted.
 func (n *netTopology) masqueradeRules(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", n.amp.Name, "nft", "list", "ruleset").CombinedOutput()
+	out, err := exec.Command("ip", "netns", "exec", n.Amp.Name, "nft", "list", "ruleset").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft list ruleset: %v\n%s", err, out)
 	}
@@ -119,23 +120,23 @@ func TestVIPRulesLetTCPMembersAnswer(t *testing.T) {
 	r := newNetRig(t)
 	r.startWithMasquerade()
 	vipBody, memberBody := r.plugBodies(true)
-	r.call(t, "POST", "/1.0/plug/vip/"+netVIP, vipBody, 202)
-	r.call(t, "POST", "/1.0/plug/network", memberBody, 202)
+	r.Call(t, "POST", "/1.0/plug/vip/"+tiersutil.NetVIP, vipBody, 202)
+	r.Call(t, "POST", "/1.0/plug/network", memberBody, 202)
 	// The case at hand: TCP untracked on the member port, tracked on the VIP's.
 	rules := strings.Join(r.masqueradeRules(t), "\n")
 	if !strings.Contains(rules, `prerouting: iifname "eth2" meta l4proto tcp notrack`) || strings.Contains(rules, `iifname "eth1" meta l4proto tcp notrack`) {
 		t.Fatalf("masquerade rules are not those of an SR-IOV VIP with a member port:\n%s", rules)
 	}
-	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`, 200)
-	r.loadBalancer(t)
-	for _, url := range []string{"http://" + netVIP + ":80/", "http://[" + netVIP6 + "]:80/"} {
-		if got := r.get(t, url); got != "member-1" {
+	r.Call(t, "PUT", "/1.0/interface/"+tiersutil.NetVRRP+"/rules", `[{"protocol":"TCP","cidr":null,"port":80}]`, 200)
+	r.LoadBalancer(t)
+	for _, url := range []string{"http://" + tiersutil.NetVIP + ":80/", "http://[" + tiersutil.NetVIP6 + "]:80/"} {
+		if got := r.Get(t, url); got != "member-1" {
 			t.Errorf("%s answered %q, want member-1", url, got)
 		}
 	}
 	// The load balancer also listens on 8080, which the rules do not allow.
-	r.blocked(t, net.JoinHostPort(netVIP, "8080"))
-	r.blocked(t, net.JoinHostPort(netVIP6, "8080"))
+	r.blocked(t, net.JoinHostPort(tiersutil.NetVIP, "8080"))
+	r.blocked(t, net.JoinHostPort(tiersutil.NetVIP6, "8080"))
 }
 
 // plugBodies are the controller's plug requests for the topology's VIP
@@ -145,8 +146,8 @@ func (n *netTopology) plugBodies(vipSRIOV bool) (vip, member string) {
 	vip = fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q,
 		"vrrp_ip": %q, "host_routes": [],
 		"additional_vips": [{"ip_address": %q, "subnet_cidr": "2001:db8:1::/64", "gateway": "2001:db8:1::1", "host_routes": []}],
-		"is_sriov": %t}`, n.vipNIC.A.MAC, netVRRP, netVIP6, vipSRIOV)
+		"is_sriov": %t}`, n.VIPNIC.A.MAC, tiersutil.NetVRRP, tiersutil.NetVIP6, vipSRIOV)
 	member = fmt.Sprintf(`{"mac_address": %q, "fixed_ips": [{"ip_address": %q,
-		"subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}], "is_sriov": false}`, n.memNIC.A.MAC, netMemberIP)
+		"subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}], "is_sriov": false}`, n.MemNIC.A.MAC, tiersutil.NetMemberIP)
 	return vip, member
 }

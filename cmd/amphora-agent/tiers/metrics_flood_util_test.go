@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/metrics/metricstest"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/netns"
 	"github.com/amphora-agent/amphora-agent/netns/netnstest"
@@ -139,15 +140,15 @@ func (s *procSampler) Stop() procFigures {
 type metricsRig struct {
 	t  *testing.T
 	e  *testenv.Env
-	hm *hbReceiver
+	hm *hbutil.Receiver
 	ns string
 }
 
 func newMetricsRig(t *testing.T) *metricsRig {
 	t.Helper()
-	hm := newHBReceiver(t)
+	hm := hbutil.NewReceiver(t)
 	e := testenv.New(t)
-	e.Extra = "[health_manager]\ncontroller_ip_port_list = " + hm.addr() + "\nheartbeat_interval = 1\n"
+	e.Extra = "[health_manager]\ncontroller_ip_port_list = " + hm.Addr() + "\nheartbeat_interval = 1\n"
 	e.Start()
 	return &metricsRig{t: t, e: e, hm: hm, ns: e.Namespace()}
 }
@@ -374,7 +375,7 @@ func (r *metricsRig) watchService() *serviceWatch {
 				return
 			default:
 			}
-			got := r.hm.next(time.Now().Add(200 * time.Millisecond))
+			got := r.hm.Next(time.Now().Add(200 * time.Millisecond))
 			now := time.Now()
 			w.mu.Lock()
 			w.hbWorst = max(w.hbWorst, now.Sub(last))

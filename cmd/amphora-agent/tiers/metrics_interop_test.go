@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/promutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
 
@@ -83,20 +85,20 @@ func TestInteropPrometheusProxy(t *testing.T) {
 	if _, err := os.Stat(upstreamProxy); err != nil {
 		t.Skip("python3-octavia's prometheus-proxy is not installed (make deps installs it)")
 	}
-	f := newPromFixture(t, "[amphora_agent]\nprometheus_exporter_address = 127.0.0.1:19101\n")
-	f.start()
+	f := promutil.NewFixture(t, "[amphora_agent]\nprometheus_exporter_address = 127.0.0.1:19101\n")
+	f.Start()
 
 	// Traffic through the HTTP listener, so the counters are not all 0.
-	vip := f.lb.HTTPClient(false)
+	vip := f.LB.HTTPClient(false)
 	testenv.WaitFor(t, 20*time.Second, "traffic through the VIP", func() bool {
-		_, err := getMember(vip, f.lb.URL(80, "/"), "")
+		_, err := tiersutil.GetMember(vip, f.LB.URL(80, "/"), "")
 		return err == nil
 	})
 	for i := 0; i < 5; i++ {
-		getMember(vip, f.lb.URL(80, "/"), "")
+		tiersutil.GetMember(vip, f.LB.URL(80, "/"), "")
 	}
 	var page []byte
-	amp := f.lb.Amphora.HTTPClient(false)
+	amp := f.LB.Amphora.HTTPClient(false)
 	testenv.WaitFor(t, 10*time.Second, "HAProxy's exporter page", func() bool {
 		r, err := amp.Get("http://127.0.0.1:9101/metrics")
 		if err != nil {
@@ -106,11 +108,11 @@ func TestInteropPrometheusProxy(t *testing.T) {
 		page, err = io.ReadAll(r.Body)
 		return err == nil && r.StatusCode == 200
 	})
-	if !strings.Contains(string(page), promMembers[1]) {
-		t.Fatalf("HAProxy's page has no member %s:\n%s", promMembers[1], page)
+	if !strings.Contains(string(page), promutil.Members[1]) {
+		t.Fatalf("HAProxy's page has no member %s:\n%s", promutil.Members[1], page)
 	}
 	recording := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(page) })
-	forAgent := f.lb.Amphora.ServeHTTP(t, "127.0.0.1:19101", recording)
+	forAgent := f.LB.Amphora.ServeHTTP(t, "127.0.0.1:19101", recording)
 
 	up := topo.NewNamespace(t, "pp")
 	forUpstream := up.ServeHTTP(t, "127.0.0.1:9101", recording)
@@ -140,7 +142,7 @@ func TestInteropPrometheusProxy(t *testing.T) {
 	if ours.body != upstream.body {
 		diffPages(t, ours.body, upstream.body)
 	}
-	for _, s := range []string{"octavia_member_status", promMembers[1], promListener, "octavia_listener_http_responses_total"} {
+	for _, s := range []string{"octavia_member_status", promutil.Members[1], promutil.Listener, "octavia_listener_http_responses_total"} {
 		if !strings.Contains(ours.body, s) {
 			t.Errorf("the page has no %s", s)
 		}

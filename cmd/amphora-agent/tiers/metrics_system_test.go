@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/promutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 )
 
@@ -24,11 +26,11 @@ import (
 // there. A real Prometheus text parser reads the page, with Octavia's
 // families for both listeners, the pool and its members.
 func TestPrometheusListenerScrape(t *testing.T) {
-	hm := newHBReceiver(t)
-	f := newPromFixture(t, "[health_manager]\ncontroller_ip_port_list = "+hm.addr()+"\nheartbeat_interval = 1\n")
-	f.start()
-	client := f.lb.HTTPClient(false)
-	url := f.lb.URL(promPort, "/metrics")
+	hm := hbutil.NewReceiver(t)
+	f := promutil.NewFixture(t, "[health_manager]\ncontroller_ip_port_list = "+hm.Addr()+"\nheartbeat_interval = 1\n")
+	f.Start()
+	client := f.LB.HTTPClient(false)
+	url := f.LB.URL(promutil.Port, "/metrics")
 
 	var (
 		families map[string]*dto.MetricFamily
@@ -75,14 +77,14 @@ func TestPrometheusListenerScrape(t *testing.T) {
 	}
 	for _, fam := range []string{"octavia_listener_status", "octavia_listener_connections_total", "octavia_listener_bytes_in_total", "octavia_listener_http_requests_total"} {
 		got := series(fam, "listener")
-		if !got[promHTTPListener] || !got[promListener] || len(got) != 2 {
-			t.Errorf("%s: listeners %v, want exactly %s and %s", fam, got, promHTTPListener, promListener)
+		if !got[promutil.HTTPListener] || !got[promutil.Listener] || len(got) != 2 {
+			t.Errorf("%s: listeners %v, want exactly %s and %s", fam, got, promutil.HTTPListener, promutil.Listener)
 		}
 	}
-	if got := series("octavia_pool_status", "pool"); !got[promPool+":"+promHTTPListener] || len(got) != 1 {
+	if got := series("octavia_pool_status", "pool"); !got[promutil.Pool+":"+promutil.HTTPListener] || len(got) != 1 {
 		t.Errorf("octavia_pool_status: pools %v", got)
 	}
-	if got := series("octavia_member_status", "member"); !got[promMembers[0]] || !got[promMembers[1]] || len(got) != 2 {
+	if got := series("octavia_member_status", "member"); !got[promutil.Members[0]] || !got[promutil.Members[1]] || len(got) != 2 {
 		t.Errorf("octavia_member_status: members %v", got)
 	}
 	for _, fam := range []string{"octavia_loadbalancer_cpu", "octavia_loadbalancer_memory", "octavia_loadbalancer_current_connections"} {
@@ -99,10 +101,10 @@ func TestPrometheusListenerScrape(t *testing.T) {
 	// The heartbeat reports both listeners (the PROMETHEUS one too, as
 	// upstream) and only the tenant's pool: never the internal
 	// prometheus-exporter proxies.
-	m, _ := hm.waitFor(hbWait, "insecure", "both listeners OPEN", func(m health.Message) bool {
-		return m.Listeners[promHTTPListener].Status == "OPEN" && m.Listeners[promListener].Status == "OPEN"
+	m, _ := hm.WaitFor(hbutil.Wait, "insecure", "both listeners OPEN", func(m health.Message) bool {
+		return m.Listeners[promutil.HTTPListener].Status == "OPEN" && m.Listeners[promutil.Listener].Status == "OPEN"
 	})
-	if len(m.Listeners) != 2 || len(m.Pools) != 1 || m.Pools[promPool+":"+promHTTPListener].Members == nil {
+	if len(m.Listeners) != 2 || len(m.Pools) != 1 || m.Pools[promutil.Pool+":"+promutil.HTTPListener].Members == nil {
 		t.Errorf("heartbeat %+v", m)
 	}
 	if strings.Contains(fmt.Sprintf("%+v", m), "prometheus") {
@@ -111,10 +113,10 @@ func TestPrometheusListenerScrape(t *testing.T) {
 
 	// HAProxy's exporter gone (the load balancer stopped): the agent's
 	// endpoint answers 502, as upstream's.
-	if status, _, body := f.env.Do("PUT", "/1.0/loadbalancer/"+promLB+"/stop", nil); status != 202 {
+	if status, _, body := f.Env.Do("PUT", "/1.0/loadbalancer/"+promutil.LB+"/stop", nil); status != 202 {
 		t.Fatalf("stop: %d %s", status, body)
 	}
-	inside := f.lb.Amphora.HTTPClient(false)
+	inside := f.LB.Amphora.HTTPClient(false)
 	r, err := inside.Get("http://127.0.0.1:9102/metrics")
 	if err != nil {
 		t.Fatal(err)

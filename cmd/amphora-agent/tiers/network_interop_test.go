@@ -1,4 +1,4 @@
-//go:build interop || vm
+//go:build interop
 
 package tiers_test
 
@@ -12,17 +12,11 @@ import (
 	"testing"
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
-
-// netCall is what controller_network.py records per driver call.
-type netCall struct {
-	Returned any     `json:"returned"`
-	Raised   *string `json:"raised"`
-	Error    string  `json:"error"`
-	Seconds  float64 `json:"seconds"`
-}
 
 // TestInteropNetworkPlug: the controller's amphora driver plugs the VIP
 // port (IPv4 VIP with a host route and an IPv6 additional VIP) and a
@@ -31,15 +25,15 @@ type netCall struct {
 // (vip_net_info), and asks which interface holds each address. The NICs
 // are veth ends hot-plugged in the default namespace.
 func TestInteropNetworkPlug(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	r := newNetTopology(t)
-	env := r.env
-	env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = /bin/true\n", r.amp.Name)
+	env := r.Env
+	env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = /bin/true\n", r.Amp.Name)
 	env.Start()
 
 	spec := r.controllerSpec()
 	spec["vip_subnet"].(map[string]any)["host_routes"] = []map[string]string{{"nexthop": "203.0.113.5", "destination": "192.0.2.0/24"}}
-	spec["additional_vips"] = []map[string]any{{"ip_address": netVIP6, "subnet": map[string]any{
+	spec["additional_vips"] = []map[string]any{{"ip_address": tiersutil.NetVIP6, "subnet": map[string]any{
 		"id": "vip-subnet6", "network_id": "vip-net", "cidr": "2001:db8:1::/64", "gateway": "2001:db8:1::1",
 		"ip_version": 6, "host_routes": []any{}}}}
 	spec["absent_mac"] = "fa:16:3e:00:00:02"
@@ -47,7 +41,7 @@ func TestInteropNetworkPlug(t *testing.T) {
 
 	for _, name := range []string{"post_vip_plug", "post_vip_plug_again", "post_network_plug", "post_network_plug_again", "post_network_plug_vrrp_port"} {
 		if c, ok := report[name]; !ok || c.Raised != nil {
-			t.Errorf("%s raised %s: %s", name, deref(c.Raised), c.Error)
+			t.Errorf("%s raised %s: %s", name, ctrlutil.Deref(c.Raised), c.Error)
 		}
 	}
 	for name, want := range map[string]any{
@@ -56,14 +50,14 @@ func TestInteropNetworkPlug(t *testing.T) {
 	} {
 		c := report[name]
 		if c.Raised != nil || c.Returned != want {
-			t.Errorf("%s = %v (raised %s %s), want %v", name, c.Returned, deref(c.Raised), c.Error, want)
+			t.Errorf("%s = %v (raised %s %s), want %v", name, c.Returned, ctrlutil.Deref(c.Raised), c.Error, want)
 		}
 	}
 	// The agent's 404 for a NIC not there yet is the one the client retries
 	// on, until its attempts (3 here) run out.
 	absent := report["post_network_plug_absent"]
 	if absent.Raised == nil || !strings.HasSuffix(*absent.Raised, "TimeOutException") {
-		t.Errorf("plug of an absent port raised %s (%s), want TimeOutException after retries", deref(absent.Raised), absent.Error)
+		t.Errorf("plug of an absent port raised %s (%s), want TimeOutException after retries", ctrlutil.Deref(absent.Raised), absent.Error)
 	}
 	if n := env.Count("\trequest\t", pathField("/1.0/plug/network"), `"status": 404`); n < 2 {
 		t.Errorf("agent saw %d plug/network 404s, want the client's retries", n)
@@ -72,7 +66,7 @@ func TestInteropNetworkPlug(t *testing.T) {
 		t.Errorf("agent answered %d plug/vip with 409, want 1 (the re-plug)", n)
 	}
 
-	eth1 := r.ip(t, "addr", "show", "dev", "eth1")
+	eth1 := r.IP(t, "addr", "show", "dev", "eth1")
 	for _, want := range []string{"mtu 1450", "inet 203.0.113.4/24", "inet 203.0.113.10/32"} {
 		if !strings.Contains(eth1, want) {
 			t.Errorf("eth1 lacks %q:\n%s", want, eth1)
@@ -85,10 +79,10 @@ func TestInteropNetworkPlug(t *testing.T) {
 	if strings.Contains(eth1, "2001:db8:1::10") {
 		t.Errorf("eth1 still has the additional VIP the last request dropped:\n%s", eth1)
 	}
-	if eth2 := r.ip(t, "addr", "show", "dev", "eth2"); !strings.Contains(eth2, "inet 198.51.100.20/24") || !strings.Contains(eth2, "mtu 1400") {
+	if eth2 := r.IP(t, "addr", "show", "dev", "eth2"); !strings.Contains(eth2, "inet 198.51.100.20/24") || !strings.Contains(eth2, "mtu 1400") {
 		t.Errorf("eth2:\n%s", eth2)
 	}
-	if routes := r.ip(t, "route", "show", "table", "1"); !strings.Contains(routes, "192.0.2.0/24 via 203.0.113.5 dev eth1") {
+	if routes := r.IP(t, "route", "show", "table", "1"); !strings.Contains(routes, "192.0.2.0/24 via 203.0.113.5 dev eth1") {
 		t.Errorf("table 1 lacks the host route:\n%s", routes)
 	}
 	if _, err := os.Stat(env.Path("interfaces", "eth2.json")); err != nil {
@@ -112,11 +106,11 @@ func TestInteropNetworkPlug(t *testing.T) {
 // serves through the VIP. `interface down|up`, on files as this agent
 // and as upstream's write them, and an agent restart keep it so.
 func TestInteropNetworkHostRoutes(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	r := newNetTopology(t)
-	r.member.ServeHTTP(t, ":80", topo.MemberHandler("member-1"))
-	env := r.env
-	env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = /bin/true\n", r.amp.Name)
+	r.Member.ServeHTTP(t, ":80", topo.MemberHandler("member-1"))
+	env := r.Env
+	env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = /bin/true\n", r.Amp.Name)
 	env.Start()
 
 	spec := r.controllerSpec()
@@ -127,15 +121,15 @@ func TestInteropNetworkHostRoutes(t *testing.T) {
 	}
 	spec["member_subnet"].(map[string]any)["host_routes"] = []map[string]string{
 		{"nexthop": "198.51.100.254", "destination": "192.0.2.200/26"},
-		{"nexthop": netMemberIP, "destination": "192.0.2.32/27"},
+		{"nexthop": tiersutil.NetMemberIP, "destination": "192.0.2.32/27"},
 	}
 	report, stderr := r.runNetworkController(t, spec)
 	for _, name := range []string{"post_vip_plug", "post_vip_plug_again", "post_network_plug", "post_network_plug_again", "post_network_plug_vrrp_port"} {
 		if c, ok := report[name]; !ok || c.Raised != nil {
-			t.Errorf("%s raised %s: %s", name, deref(c.Raised), c.Error)
+			t.Errorf("%s raised %s: %s", name, ctrlutil.Deref(c.Raised), c.Error)
 		}
 	}
-	if n := env.Count("\trequest\t", pathField("/1.0/plug/vip/"+netVIP), `"status": 202`); n != 1 {
+	if n := env.Count("\trequest\t", pathField("/1.0/plug/vip/"+tiersutil.NetVIP), `"status": 202`); n != 1 {
 		t.Errorf("agent answered %d plug/vip with 202, want 1\n%s", n, requestLines(env))
 	}
 	if n := env.Count("\trequest\t", pathField("/1.0/plug/network"), `"status": 202`); n != 3 {
@@ -148,14 +142,14 @@ func TestInteropNetworkHostRoutes(t *testing.T) {
 		{"host route destination has host bits set", `"field": "host_routes[0].destination"`, `"sent": "192.0.2.77/26"`, `"applied": "192.0.2.64/26"`},
 		{"host route destination has host bits set", `"field": "fixed_ips[0].host_routes[0].destination"`, `"sent": "192.0.2.200/26"`, `"applied": "192.0.2.192/26"`},
 		{"the kernel refused a route; skipped", "203.0.113.255"},
-		{"the kernel refused a route; skipped", `"gateway":"` + netMemberIP + `"`},
+		{"the kernel refused a route; skipped", `"gateway":"` + tiersutil.NetMemberIP + `"`},
 	} {
 		if env.Count(want...) == 0 {
 			t.Errorf("agent logged no line with %q\n%s", want, env.Output())
 		}
 	}
 
-	r.loadBalancer(t) // HAProxy is killed when the test ends
+	r.LoadBalancer(t) // HAProxy is killed when the test ends
 	r.checkHostRoutes(t, "after the plugs")
 
 	// `amphora-agent interface down|up`, as the image's amphora-interface
@@ -191,8 +185,8 @@ func TestInteropNetworkHostRoutes(t *testing.T) {
 // expects in the amphora's namespace and that the VIP serves.
 func (r *netTopology) checkHostRoutes(t *testing.T, when string) {
 	t.Helper()
-	main := r.ip(t, "-4", "route", "show", "table", "main", "proto", "static")
-	table1 := r.ip(t, "-4", "route", "show", "table", "1", "proto", "static")
+	main := r.IP(t, "-4", "route", "show", "table", "main", "proto", "static")
+	table1 := r.IP(t, "-4", "route", "show", "table", "1", "proto", "static")
 	for _, c := range []struct{ table, text, route string }{
 		{"main", main, "192.0.2.64/26 via 203.0.113.5 dev eth1 onlink"},
 		{"1", table1, "192.0.2.64/26 via 203.0.113.5 dev eth1 onlink"},
@@ -204,13 +198,13 @@ func (r *netTopology) checkHostRoutes(t *testing.T, when string) {
 			t.Errorf("%s: table %s lacks %q:\n%s", when, c.table, c.route, c.text)
 		}
 	}
-	all := r.ip(t, "-4", "route", "show", "table", "all")
-	for _, refused := range []string{"192.0.2.0/26", "192.0.2.32/27", "via 203.0.113.255", "via " + netMemberIP + " "} {
+	all := r.IP(t, "-4", "route", "show", "table", "all")
+	for _, refused := range []string{"192.0.2.0/26", "192.0.2.32/27", "via 203.0.113.255", "via " + tiersutil.NetMemberIP + " "} {
 		if strings.Contains(all, refused) {
 			t.Errorf("%s: the namespace has a route with %q:\n%s", when, refused, all)
 		}
 	}
-	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
+	if got := r.Get(t, "http://"+tiersutil.NetVIP+":80/"); got != "member-1" {
 		t.Errorf("%s: the VIP answered %q", when, got)
 	}
 }
@@ -219,17 +213,17 @@ func (r *netTopology) checkHostRoutes(t *testing.T, when string) {
 // the VIP port on the client network (SINGLE topology, no host routes, no
 // additional VIP) and the member port on the member network.
 func (r *netTopology) controllerSpec() map[string]any {
-	env := r.env
+	env := r.Env
 	return map[string]any{
 		"amphora_id": env.AmphoraID, "client_cert": env.ClientCert, "server_ca": env.CAFile, "port": env.Port,
 		"topology": "SINGLE",
-		"vip":      netVIP, "vrrp_ip": netVRRP, "vip_mac": r.vipNIC.A.MAC, "vip_mtu": 1450,
+		"vip":      tiersutil.NetVIP, "vrrp_ip": tiersutil.NetVRRP, "vip_mac": r.VIPNIC.A.MAC, "vip_mtu": 1450,
 		"vip_subnet": map[string]any{"id": "vip-subnet", "network_id": "vip-net", "cidr": "203.0.113.0/24",
 			"gateway": "203.0.113.1", "ip_version": 4, "host_routes": []any{}},
 		"additional_vips": []any{},
 		"member_subnet": map[string]any{"id": "member-subnet", "network_id": "member-net", "cidr": "198.51.100.0/24",
 			"gateway": nil, "ip_version": 4, "host_routes": []any{}},
-		"member_mac": r.memNIC.A.MAC, "member_ip": netMemberIP, "member_mtu": 1400,
+		"member_mac": r.MemNIC.A.MAC, "member_ip": tiersutil.NetMemberIP, "member_mtu": 1400,
 		"unknown_ip": "192.0.2.77",
 	}
 }
@@ -237,23 +231,23 @@ func (r *netTopology) controllerSpec() map[string]any {
 // runNetworkController runs controller_network.py with spec against the
 // running agent and returns its report of each driver call and the
 // controller's log.
-func (r *netTopology) runNetworkController(t *testing.T, spec map[string]any) (map[string]netCall, string) {
+func (r *netTopology) runNetworkController(t *testing.T, spec map[string]any) (map[string]ctrlutil.NetCall, string) {
 	t.Helper()
-	script := testdataScript(t, "network", "controller_network.py")
+	script := ctrlutil.TestdataScript(t, "network", "controller_network.py")
 	work := t.TempDir()
 	specFile := filepath.Join(work, "spec.json")
 	data, _ := json.Marshal(spec)
 	if err := fsutil.WriteFile(specFile, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, _ := runControllerScript(t, r.env, script, "--spec", specFile, "--workdir", work)
-	var report map[string]netCall
+	stdout, stderr, _ := ctrlutil.RunControllerScript(t, r.Env, script, "--spec", specFile, "--workdir", work)
+	var report map[string]ctrlutil.NetCall
 	if err := json.Unmarshal(stdout, &report); err != nil {
 		t.Fatalf("controller script printed no report: %v\n%s\n%s", err, stdout, stderr)
 	}
 	if testing.Verbose() {
 		t.Logf("controller log:\n%s", stderr)
 	}
-	t.Logf("agent access log:\n%s", requestLines(r.env))
+	t.Logf("agent access log:\n%s", requestLines(r.Env))
 	return report, stderr
 }

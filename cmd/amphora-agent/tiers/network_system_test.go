@@ -19,6 +19,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/agent/fsutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 )
 
@@ -32,21 +33,21 @@ type netRig struct {
 func newNetRig(t *testing.T) *netRig {
 	t.Helper()
 	r := &netRig{netTopology: newNetTopology(t)}
-	r.member.ServeHTTP(t, ":80", topo.MemberHandler("member-1"))
+	r.Member.ServeHTTP(t, ":80", topo.MemberHandler("member-1"))
 
 	// The interface files name the LVS masquerade script; this one records
 	// its arguments and the namespace it ran in.
-	r.scripts = r.env.Path("masquerade.log")
-	script := r.env.Path("masquerade.sh")
+	r.scripts = r.Env.Path("masquerade.log")
+	script := r.Env.Path("masquerade.sh")
 	body := fmt.Sprintf("#!/bin/sh\necho \"$* $(readlink /proc/self/ns/net)\" >> %s\n", r.scripts)
 	if err := fsutil.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// The PCI rescan trigger exists, as on a VM.
-	if err := fsutil.WriteFile(r.env.Path("pci-rescan"), nil, 0o600); err != nil {
+	if err := fsutil.WriteFile(r.Env.Path("pci-rescan"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r.env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", r.amp.Name, script)
+	r.Env.Extra = fmt.Sprintf("\n[amphora_agent]\nnetwork_namespace = %s\nlvs_masquerade_script = %s\n", r.Amp.Name, script)
 	return r
 }
 
@@ -56,23 +57,23 @@ func (r *netRig) state(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
 	for _, dev := range []string{"eth1", "eth2"} {
-		b.WriteString(r.ip(t, "-br", "addr", "show", "dev", dev))
-		link := r.ip(t, "-o", "link", "show", "dev", dev)
+		b.WriteString(r.IP(t, "-br", "addr", "show", "dev", dev))
+		link := r.IP(t, "-o", "link", "show", "dev", dev)
 		b.WriteString(regexp.MustCompile(`mtu \d+`).FindString(link) + "\n")
 	}
-	b.WriteString(r.ip(t, "-4", "route", "show", "table", "all", "proto", "static"))
-	b.WriteString(r.ip(t, "-6", "route", "show", "table", "all", "proto", "static"))
-	b.WriteString(r.ip(t, "rule", "show"))
-	b.WriteString(r.ip(t, "-6", "rule", "show"))
+	b.WriteString(r.IP(t, "-4", "route", "show", "table", "all", "proto", "static"))
+	b.WriteString(r.IP(t, "-6", "route", "show", "table", "all", "proto", "static"))
+	b.WriteString(r.IP(t, "rule", "show"))
+	b.WriteString(r.IP(t, "-6", "rule", "show"))
 	b.WriteString(r.nft(t))
 	return b.String()
 }
 
 func (r *netRig) nft(t *testing.T) string {
 	t.Helper()
-	out, err := r.amp.Exec(context.Background(), "nft", "list", "ruleset")
+	out, err := r.Amp.Exec(context.Background(), "nft", "list", "ruleset")
 	if err != nil {
-		t.Fatalf("%v\nagent output:\n%s", err, r.env.Output())
+		t.Fatalf("%v\nagent output:\n%s", err, r.Env.Output())
 	}
 	return string(out)
 }
@@ -83,7 +84,7 @@ func (r *netRig) blocked(t *testing.T, addr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	conn, err := r.client.DialContext(ctx, "tcp", addr)
+	conn, err := r.Client.DialContext(ctx, "tcp", addr)
 	if err == nil {
 		conn.Close()
 		t.Errorf("connection to %s went through the VIP firewall", addr)
@@ -119,11 +120,11 @@ table ip amphora_table {
 // lists them.
 func (r *netRig) foreignTables(t *testing.T) map[string]string {
 	t.Helper()
-	file := r.env.Path("foreign.nft")
+	file := r.Env.Path("foreign.nft")
 	if err := fsutil.WriteFile(file, []byte(foreignRules), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := r.amp.Exec(context.Background(), "nft", "-f", file); err != nil {
+	if out, err := r.Amp.Exec(context.Background(), "nft", "-f", file); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	got := map[string]string{}
@@ -149,7 +150,7 @@ func (r *netRig) checkForeignTables(t *testing.T, want map[string]string, when s
 	t.Helper()
 	for name, listing := range want {
 		family, table, _ := strings.Cut(name, " ")
-		out, err := r.amp.Exec(context.Background(), "nft", "list", "table", family, table)
+		out, err := r.Amp.Exec(context.Background(), "nft", "list", "table", family, table)
 		if err != nil {
 			t.Errorf("%s: foreign table %s is gone: %v", when, name, err)
 			continue
@@ -163,7 +164,7 @@ func (r *netRig) checkForeignTables(t *testing.T, want map[string]string, when s
 // nftTable lists one table in the namespace.
 func (r *netRig) nftTable(t *testing.T, family, table string) string {
 	t.Helper()
-	out, err := r.amp.Exec(context.Background(), "nft", "list", "table", family, table)
+	out, err := r.Amp.Exec(context.Background(), "nft", "list", "table", family, table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,31 +182,31 @@ func nsInode(t *testing.T, name string) string {
 
 func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	r := newNetRig(t)
-	r.env.Start()
+	r.Env.Start()
 
 	// Requirement 1: the agent created the namespace at start, lo up,
 	// the amphora's sysctls applied.
-	if !r.amp.Exists() {
-		t.Fatalf("agent did not create namespace %s\n%s", r.amp.Name, r.env.Output())
+	if !r.Amp.Exists() {
+		t.Fatalf("agent did not create namespace %s\n%s", r.Amp.Name, r.Env.Output())
 	}
 	for key, want := range map[string]string{
 		"net.ipv4.ip_nonlocal_bind": "1", "net.ipv6.ip_nonlocal_bind": "1",
 		"net.ipv4.ip_forward": "1", "net.ipv6.conf.all.forwarding": "1",
 	} {
-		if got := r.amp.ReadSysctl(t, key); got != want {
+		if got := r.Amp.ReadSysctl(t, key); got != want {
 			t.Errorf("%s = %s in the namespace, want %s", key, got, want)
 		}
 	}
-	if out := r.ip(t, "link", "show", "lo"); !strings.Contains(out, "UP") {
+	if out := r.IP(t, "link", "show", "lo"); !strings.Contains(out, "UP") {
 		t.Errorf("lo not up:\n%s", out)
 	}
 
 	// A MAC that is not there yet: rescan and the retryable 404.
 	missing := `{"subnet_cidr": "203.0.113.0/24", "gateway": null, "mac_address": "fa:16:3e:00:00:01"}`
-	if got := r.call(t, "POST", "/1.0/plug/vip/"+netVIP, missing, 404); got != `{"details":"No suitable network interface found"}` {
+	if got := r.Call(t, "POST", "/1.0/plug/vip/"+tiersutil.NetVIP, missing, 404); got != `{"details":"No suitable network interface found"}` {
 		t.Errorf("missing NIC body %s", got)
 	}
-	if data, _ := os.ReadFile(r.env.Path("pci-rescan")); string(data) != "1" {
+	if data, _ := os.ReadFile(r.Env.Path("pci-rescan")); string(data) != "1" {
 		t.Errorf("PCI rescan file holds %q, want 1", data)
 	}
 
@@ -214,40 +215,40 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	vipBody := fmt.Sprintf(`{"subnet_cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "mac_address": %q,
 		"vrrp_ip": %q, "mtu": 1450, "host_routes": [{"nexthop": "203.0.113.5", "destination": "192.0.2.0/24"}],
 		"additional_vips": [{"ip_address": %q, "subnet_cidr": "2001:db8:1::/64", "gateway": "2001:db8:1::1", "host_routes": []}],
-		"is_sriov": false}`, r.vipNIC.A.MAC, netVRRP, netVIP6)
-	got := r.call(t, "POST", "/1.0/plug/vip/"+netVIP, vipBody, 202)
+		"is_sriov": false}`, r.VIPNIC.A.MAC, tiersutil.NetVRRP, tiersutil.NetVIP6)
+	got := r.Call(t, "POST", "/1.0/plug/vip/"+tiersutil.NetVIP, vipBody, 202)
 	if want := `{"message":"OK","details":"VIPs plugged on interface eth1: 203.0.113.10, 2001:0db8:0001:0000:0000:0000:0000:0010"}`; got != want {
 		t.Errorf("plug vip = %s\nwant %s", got, want)
 	}
-	if got := r.call(t, "POST", "/1.0/plug/vip/"+netVIP, vipBody, 409); got != `{"message":"Interface already exists"}` {
+	if got := r.Call(t, "POST", "/1.0/plug/vip/"+tiersutil.NetVIP, vipBody, 409); got != `{"message":"Interface already exists"}` {
 		t.Errorf("second plug vip = %s", got)
 	}
 
 	// Requirement 3: a member port.
 	memberBody := fmt.Sprintf(`{"mac_address": %q, "mtu": 1400, "fixed_ips": [{"ip_address": %q,
-		"subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}], "is_sriov": false}`, r.memNIC.A.MAC, netMemberIP)
-	if got := r.call(t, "POST", "/1.0/plug/network", memberBody, 202); got != `{"message":"OK","details":"Plugged on interface eth2"}` {
+		"subnet_cidr": "198.51.100.0/24", "gateway": null, "host_routes": []}], "is_sriov": false}`, r.MemNIC.A.MAC, tiersutil.NetMemberIP)
+	if got := r.Call(t, "POST", "/1.0/plug/network", memberBody, 202); got != `{"message":"OK","details":"Plugged on interface eth2"}` {
 		t.Errorf("plug network = %s", got)
 	}
-	if got := r.call(t, "POST", "/1.0/plug/network", memberBody, 202); got != `{"message":"OK","details":"Updated existing interface eth2"}` {
+	if got := r.Call(t, "POST", "/1.0/plug/network", memberBody, 202); got != `{"message":"OK","details":"Updated existing interface eth2"}` {
 		t.Errorf("plug network again = %s", got)
 	}
 
 	// What the kernel holds now.
-	eth1 := r.ip(t, "addr", "show", "dev", "eth1")
-	for _, want := range []string{"mtu 1450", "inet 203.0.113.4/24", "inet 203.0.113.10/32", "inet6 2001:db8:1::10/128", r.vipNIC.A.MAC} {
+	eth1 := r.IP(t, "addr", "show", "dev", "eth1")
+	for _, want := range []string{"mtu 1450", "inet 203.0.113.4/24", "inet 203.0.113.10/32", "inet6 2001:db8:1::10/128", r.VIPNIC.A.MAC} {
 		if !strings.Contains(eth1, want) {
 			t.Errorf("eth1 lacks %q:\n%s", want, eth1)
 		}
 	}
-	eth2 := r.ip(t, "addr", "show", "dev", "eth2")
-	for _, want := range []string{"mtu 1400", "inet 198.51.100.20/24", r.memNIC.A.MAC} {
+	eth2 := r.IP(t, "addr", "show", "dev", "eth2")
+	for _, want := range []string{"mtu 1400", "inet 198.51.100.20/24", r.MemNIC.A.MAC} {
 		if !strings.Contains(eth2, want) {
 			t.Errorf("eth2 lacks %q:\n%s", want, eth2)
 		}
 	}
-	routes := r.ip(t, "-4", "route", "show", "table", "1") + r.ip(t, "-6", "route", "show", "table", "1") +
-		r.ip(t, "-4", "route", "show") + r.ip(t, "-6", "route", "show")
+	routes := r.IP(t, "-4", "route", "show", "table", "1") + r.IP(t, "-6", "route", "show", "table", "1") +
+		r.IP(t, "-4", "route", "show") + r.IP(t, "-6", "route", "show")
 	for _, want := range []string{
 		"default via 203.0.113.1 dev eth1 proto static onlink",
 		"192.0.2.0/24 via 203.0.113.5 dev eth1 proto static onlink",
@@ -259,43 +260,43 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 			t.Errorf("routes lack %q:\n%s", want, routes)
 		}
 	}
-	rules := r.ip(t, "rule", "show") + r.ip(t, "-6", "rule", "show")
+	rules := r.IP(t, "rule", "show") + r.IP(t, "-6", "rule", "show")
 	for _, want := range []string{"from 203.0.113.10 lookup 1", "from 2001:db8:1::10 lookup 1"} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("rules lack %q:\n%s", want, rules)
 		}
 	}
 	// The default namespace still has no such links.
-	if out, _ := exec.Command("ip", "link", "show", r.vipNIC.A.Name).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+	if out, _ := exec.Command("ip", "link", "show", r.VIPNIC.A.Name).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
 		t.Errorf("the VIP NIC is still in the default namespace: %s", out)
 	}
 	// The up scripts ran inside the namespace.
 	scripts, _ := os.ReadFile(r.scripts)
-	inode := nsInode(t, r.amp.Name)
+	inode := nsInode(t, r.Amp.Name)
 	for _, want := range []string{"add ipv4 eth1 " + inode, "add ipv6 eth1 " + inode, "add ipv4 eth2 " + inode} {
 		if !strings.Contains(string(scripts), want) {
 			t.Errorf("masquerade script log lacks %q:\n%s", want, scripts)
 		}
 	}
 	var file map[string]any
-	data, err := os.ReadFile(r.env.Path("interfaces", "eth1.json"))
+	data, err := os.ReadFile(r.Env.Path("interfaces", "eth1.json"))
 	if err != nil || json.Unmarshal(data, &file) != nil || file["if_type"] != "vip" {
 		t.Errorf("eth1.json: %v %s", err, data)
 	}
-	if plugged, _ := os.ReadFile(r.env.Path("lib", "plugged_interfaces")); string(plugged) != r.vipNIC.A.MAC+" eth1\n"+r.memNIC.A.MAC+" eth2\n" {
+	if plugged, _ := os.ReadFile(r.Env.Path("lib", "plugged_interfaces")); string(plugged) != r.VIPNIC.A.MAC+" eth1\n"+r.MemNIC.A.MAC+" eth2\n" {
 		t.Errorf("plugged_interfaces:\n%s", plugged)
 	}
 
 	// Requirement 4: lookups in the namespace only.
-	for ip, want := range map[string]string{netVIP: "eth1", netVRRP: "eth1", "2001:0db8:0001::0010": "eth1", netMemberIP: "eth2"} {
-		if got := r.call(t, "GET", "/1.0/interface/"+ip, "", 200); got != `{"message":"OK","interface":"`+want+`"}` {
+	for ip, want := range map[string]string{tiersutil.NetVIP: "eth1", tiersutil.NetVRRP: "eth1", "2001:0db8:0001::0010": "eth1", tiersutil.NetMemberIP: "eth2"} {
+		if got := r.Call(t, "GET", "/1.0/interface/"+ip, "", 200); got != `{"message":"OK","interface":"`+want+`"}` {
 			t.Errorf("interface %s = %s", ip, got)
 		}
 	}
 	if host := defaultNamespaceAddr(); host != "" {
-		r.call(t, "GET", "/1.0/interface/"+host, "", 404)
+		r.Call(t, "GET", "/1.0/interface/"+host, "", 404)
 	}
-	r.call(t, "GET", "/1.0/interface/xx", "", 400)
+	r.Call(t, "GET", "/1.0/interface/xx", "", 400)
 
 	// Requirement 5: the VIP firewall. Tables that are not the agent's
 	// (another family's table of the same name included) exist before the
@@ -303,18 +304,18 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	foreign := r.foreignTables(t)
 	rulesBody := `[{"protocol":"TCP","cidr":"203.0.113.0/24","port":80},{"protocol":"TCP","cidr":"2001:db8:1::/64","port":80},
 		{"protocol":"UDP","cidr":null,"port":53},{"protocol":"vrrp","cidr":"203.0.113.5/32","port":112}]`
-	if got := r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", rulesBody, 200); got != `{"message":"OK"}` {
+	if got := r.Call(t, "PUT", "/1.0/interface/"+tiersutil.NetVRRP+"/rules", rulesBody, 200); got != `{"message":"OK"}` {
 		t.Errorf("rules = %s", got)
 	}
 	r.checkForeignTables(t, foreign, "after the first rules")
 	// Invalid bodies: upstream's framework 400, byte for byte.
 	for _, bad := range []string{`[{"protocol":"tcp","cidr":null,"port":80}]`, `[{"protocol":"TCP","cidr":null,"port":0}]`,
 		`{"protocol":"TCP","cidr":null,"port":80}`, `not json`} {
-		if got := r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", bad, 400); got != `{"error":"400 Bad Request: Invalid rules information","http_code":400}` {
+		if got := r.Call(t, "PUT", "/1.0/interface/"+tiersutil.NetVRRP+"/rules", bad, 400); got != `{"error":"400 Bad Request: Invalid rules information","http_code":400}` {
 			t.Errorf("rules %s = %s", bad, got)
 		}
 	}
-	r.call(t, "PUT", "/1.0/interface/192.0.2.99/rules", rulesBody, 404)
+	r.Call(t, "PUT", "/1.0/interface/192.0.2.99/rules", rulesBody, 404)
 	ruleset := r.nft(t)
 	ours := r.nftTable(t, "inet", "amphora_table")
 	for _, want := range []string{
@@ -327,12 +328,12 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 			t.Errorf("nft list table inet amphora_table lacks %q:\n%s", want, ours)
 		}
 	}
-	if st, err := os.Stat(r.env.Path("lib", "nftables-vip.rules")); err != nil || st.Mode().Perm() != 0o600 {
+	if st, err := os.Stat(r.Env.Path("lib", "nftables-vip.rules")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("rules file: %v %v", st, err)
 	}
 	// Other rules replace the agent's table: nothing of the previous
 	// rules is left; the foreign tables are untouched.
-	r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", `[{"protocol":"TCP","cidr":null,"port":8443}]`, 200)
+	r.Call(t, "PUT", "/1.0/interface/"+tiersutil.NetVRRP+"/rules", `[{"protocol":"TCP","cidr":null,"port":8443}]`, 200)
 	replaced := r.nftTable(t, "inet", "amphora_table")
 	if !strings.Contains(replaced, "tcp dport 8443 accept") {
 		t.Errorf("new rules not applied:\n%s", replaced)
@@ -346,7 +347,7 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	// Sending the first rules again, twice, gives back exactly the first
 	// ruleset (replaced, not added to).
 	for i := 0; i < 2; i++ {
-		r.call(t, "PUT", "/1.0/interface/"+netVRRP+"/rules", rulesBody, 200)
+		r.Call(t, "PUT", "/1.0/interface/"+tiersutil.NetVRRP+"/rules", rulesBody, 200)
 		if again := r.nft(t); again != ruleset {
 			t.Errorf("ruleset differs when the first rules were applied again (%d):\n%s\nwant\n%s", i+1, again, ruleset)
 		}
@@ -355,7 +356,7 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	// The foreign tables go, or the state compared across the reboot
 	// below would hold tables nothing restores.
 	for _, table := range [][]string{{"inet", "other"}, {"ip", "amphora_table"}} {
-		if out, err := r.amp.Exec(context.Background(), "nft", "delete", "table", table[0], table[1]); err != nil {
+		if out, err := r.Amp.Exec(context.Background(), "nft", "delete", "table", table[0], table[1]); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
 	}
@@ -364,36 +365,36 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	}
 
 	// Traffic: client -> VIP -> HAProxy in the namespace -> member.
-	hap := r.loadBalancer(t)
-	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
+	hap := r.LoadBalancer(t)
+	if got := r.Get(t, "http://"+tiersutil.NetVIP+":80/"); got != "member-1" {
 		t.Errorf("IPv4 VIP answered %q", got)
 	}
-	if got := r.get(t, "http://["+netVIP6+"]:80/"); got != "member-1" {
+	if got := r.Get(t, "http://["+tiersutil.NetVIP6+"]:80/"); got != "member-1" {
 		t.Errorf("IPv6 VIP answered %q", got)
 	}
-	r.blocked(t, net.JoinHostPort(netVIP, "8080"))
+	r.blocked(t, net.JoinHostPort(tiersutil.NetVIP, "8080"))
 
 	// Requirement 6: the subcommand takes eth2 down and up again from its file.
 	bin := testenv.Binary(t)
 	for _, action := range []string{"down", "up"} {
-		out, err := exec.Command(bin, "interface", "--config-file", r.env.ConfigPath, action, "eth2").CombinedOutput()
+		out, err := exec.Command(bin, "interface", "--config-file", r.Env.ConfigPath, action, "eth2").CombinedOutput()
 		if err != nil {
 			t.Fatalf("interface %s eth2: %v\n%s", action, err, out)
 		}
-		got := r.ip(t, "-br", "addr", "show", "dev", "eth2")
-		if action == "down" && (strings.Contains(got, netMemberIP) || strings.Contains(got, " UP ")) {
+		got := r.IP(t, "-br", "addr", "show", "dev", "eth2")
+		if action == "down" && (strings.Contains(got, tiersutil.NetMemberIP) || strings.Contains(got, " UP ")) {
 			t.Errorf("after interface down: %s", got)
 		}
-		if action == "up" && !strings.Contains(got, netMemberIP+"/24") {
+		if action == "up" && !strings.Contains(got, tiersutil.NetMemberIP+"/24") {
 			t.Errorf("after interface up: %s", got)
 		}
 	}
-	if out, err := exec.Command(bin, "interface", "--config-file", r.env.ConfigPath, "up", "eth9").CombinedOutput(); err == nil {
+	if out, err := exec.Command(bin, "interface", "--config-file", r.Env.ConfigPath, "up", "eth9").CombinedOutput(); err == nil {
 		t.Errorf("interface up eth9 (no file) succeeded: %s", out)
 	} else if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Errorf("interface up eth9: %v, want exit status 2", err)
 	}
-	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
+	if got := r.Get(t, "http://"+tiersutil.NetVIP+":80/"); got != "member-1" {
 		t.Errorf("after interface down/up the VIP answered %q", got)
 	}
 
@@ -405,36 +406,36 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 	// boot names, the namespace is gone. (Moving a veth out first:
 	// deleting the namespace would destroy it.) The member NIC comes back
 	// late: it waits in a namespace of its own until the agent runs.
-	r.env.Stop()
-	hap.kill()
+	r.Env.Stop()
+	hap.Kill()
 	pid := strconv.Itoa(os.Getpid())
 	hold := topo.NewNamespace(t, "late")
 	for dev, to := range map[string]string{"eth1": pid, "eth2": hold.Name} {
-		orig := map[string]string{"eth1": r.vipNIC.A.Name, "eth2": r.memNIC.A.Name}[dev]
-		r.ip(t, "addr", "flush", "dev", dev)
-		r.ip(t, "link", "set", "dev", dev, "down")
-		r.ip(t, "link", "set", "dev", dev, "mtu", "1500")
-		r.ip(t, "link", "set", "dev", dev, "netns", to, "name", orig)
+		orig := map[string]string{"eth1": r.VIPNIC.A.Name, "eth2": r.MemNIC.A.Name}[dev]
+		r.IP(t, "addr", "flush", "dev", dev)
+		r.IP(t, "link", "set", "dev", dev, "down")
+		r.IP(t, "link", "set", "dev", dev, "mtu", "1500")
+		r.IP(t, "link", "set", "dev", dev, "netns", to, "name", orig)
 	}
-	if out, err := exec.Command("ip", "netns", "delete", r.amp.Name).CombinedOutput(); err != nil {
+	if out, err := exec.Command("ip", "netns", "delete", r.Amp.Name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns delete: %v %s", err, out)
 	}
-	testenv.WaitFor(t, 5*time.Second, "the namespace to disappear", func() bool { return !r.amp.Exists() })
+	testenv.WaitFor(t, 5*time.Second, "the namespace to disappear", func() bool { return !r.Amp.Exists() })
 
-	r.env.Start()
-	if !r.amp.Exists() {
-		t.Fatalf("namespace not recreated\n%s", r.env.Output())
+	r.Env.Start()
+	if !r.Amp.Exists() {
+		t.Fatalf("namespace not recreated\n%s", r.Env.Output())
 	}
-	if out, err := r.amp.Exec(context.Background(), "ip", "link", "show", "dev", "eth2"); err == nil {
+	if out, err := r.Amp.Exec(context.Background(), "ip", "link", "show", "dev", "eth2"); err == nil {
 		t.Fatalf("eth2 is in the namespace before its NIC came back:\n%s", out)
 	}
 	// The late NIC appears; the agent moves it in and brings it up from
 	// its file, with no controller call.
-	if out, err := hold.Exec(context.Background(), "ip", "link", "set", "dev", r.memNIC.A.Name, "netns", pid); err != nil {
+	if out, err := hold.Exec(context.Background(), "ip", "link", "set", "dev", r.MemNIC.A.Name, "netns", pid); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	testenv.WaitFor(t, 20*time.Second, "the late member NIC moved into the namespace", func() bool {
-		_, err := r.amp.Exec(context.Background(), "ip", "link", "show", "dev", "eth2")
+		_, err := r.Amp.Exec(context.Background(), "ip", "link", "show", "dev", "eth2")
 		return err == nil
 	})
 	after := r.state(t)
@@ -442,18 +443,18 @@ func TestNetworkPlugTrafficRebootRestore(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // its addresses and routes follow the move
 	}
 	if after != before {
-		t.Errorf("state after the reboot differs\n--- after\n%s\n--- before\n%s\nagent output:\n%s", after, before, r.env.Output())
+		t.Errorf("state after the reboot differs\n--- after\n%s\n--- before\n%s\nagent output:\n%s", after, before, r.Env.Output())
 	}
 	// The agent restores the load balancer on its own, after the network.
-	if got := r.get(t, "http://"+netVIP+":80/"); got != "member-1" {
+	if got := r.Get(t, "http://"+tiersutil.NetVIP+":80/"); got != "member-1" {
 		t.Errorf("after the reboot the IPv4 VIP answered %q", got)
 	}
-	if got := r.get(t, "http://["+netVIP6+"]:80/"); got != "member-1" {
+	if got := r.Get(t, "http://["+tiersutil.NetVIP6+"]:80/"); got != "member-1" {
 		t.Errorf("after the reboot the IPv6 VIP answered %q", got)
 	}
-	r.blocked(t, net.JoinHostPort(netVIP, "8080"))
+	r.blocked(t, net.JoinHostPort(tiersutil.NetVIP, "8080"))
 	if t.Failed() {
-		t.Logf("agent output:\n%s", r.env.Output())
+		t.Logf("agent output:\n%s", r.Env.Output())
 	}
 }
 

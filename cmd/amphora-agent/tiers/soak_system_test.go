@@ -1,4 +1,4 @@
-//go:build system && soak
+//go:build soak
 
 package tiers_test
 
@@ -27,7 +27,9 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/health/healthtest"
 	"github.com/amphora-agent/amphora-agent/agent/status"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vrrputil"
 )
 
 // The soak's load balancer and its first pool and member stay; its
@@ -128,7 +130,7 @@ type soakSampleOf struct {
 // and watches what that costs the agent.
 type soak struct {
 	t      *testing.T
-	amp    *vrrpAmp
+	amp    *vrrputil.Amp
 	mem2   *topo.Namespace
 	client *http.Client
 	pace   *time.Ticker
@@ -195,20 +197,20 @@ func TestSoak(t *testing.T) {
 	defer stop()
 
 	s := &soak{t: t, ctx: ctx, ids: soakIDs{http: soakUUID()}}
-	s.amp = newVRRPAmp(t, "k", "203.0.113.4", 100)
-	env := s.amp.env
+	s.amp = vrrputil.NewAmp(t, "k", "203.0.113.4", 100)
+	env := s.amp.Env
 	// The agent runs in a session of its own, so that Ctrl-C reaches only
 	// the test, which then stops the agent and removes everything in order.
 	env.Wrap = []string{"setsid"}
 	env.Extra += "[DEFAULT]\ndebug = False\n"
 	client := topo.NewNamespace(t, "kc")
-	topo.Link(t, s.amp.ns, "eth1", []string{s.amp.addr + "/24"}, client, "eth0", []string{"203.0.113.100/24"})
+	topo.Link(t, s.amp.NS, "eth1", []string{s.amp.Addr + "/24"}, client, "eth0", []string{"203.0.113.100/24"})
 	mem1 := topo.NewNamespace(t, "km1")
 	s.mem2 = topo.NewNamespace(t, "km2")
 	mem1.ServeHTTP(t, ":80", topo.MemberHandler("member-1"))
 	s.mem2.ServeHTTP(t, ":80", topo.MemberHandler("member-2"))
 	nic1 := topo.HotplugNIC(t, mem1, "eth0", []string{soakMember1IP + "/25"}, "")
-	watchHAProxy(t, filepath.Join(s.amp.base(), soakLB, soakLB+".pid"))
+	tiersutil.WatchHAProxy(t, filepath.Join(s.amp.Base(), soakLB, soakLB+".pid"))
 	env.Start()
 	s.client = env.Client()
 	s.pace = time.NewTicker(soakPace)
@@ -233,14 +235,14 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("set-up failed: %s\n%s", strings.Join(s.problems, "\n"), env.Output())
 		}
 	}
-	vip := "http://" + vrrpVIP + "/"
+	vip := "http://" + vrrputil.VIP + "/"
 	traffic := client.HTTPClient(false)
 	testenv.WaitFor(t, 30*time.Second, "the VIP answering", func() bool {
-		_, err := getMember(traffic, vip, "X-Member")
+		_, err := tiersutil.GetMember(traffic, vip, "X-Member")
 		return err == nil
 	})
 	s.calls.Store(0)
-	s.amp.drain() // heartbeats queued during the set-up would arrive as one burst
+	s.amp.Drain() // heartbeats queued during the set-up would arrive as one burst
 
 	var wg sync.WaitGroup
 	done := make(chan struct{})
@@ -287,7 +289,7 @@ func TestSoak(t *testing.T) {
 // certificates for the agent to rotate between, and two keepalived
 // configs differing in priority.
 func (s *soak) prepareCerts() {
-	t, env := s.t, s.amp.env
+	t, env := s.t, s.amp.Env
 	c, err := env.CA.Server("soak.example")
 	if err != nil {
 		t.Fatal(err)
@@ -300,13 +302,13 @@ func (s *soak) prepareCerts() {
 		}
 		s.serverCerts = append(s.serverCerts, c.Combined())
 	}
-	vrrp := s.amp.withCheckPath(t, "203.0.113.5")
+	vrrp := s.amp.WithCheckPath(t, "203.0.113.5")
 	s.vrrpConfigs = []string{vrrp, strings.Replace(vrrp, "priority 100", "priority 101", 1)}
 }
 
 // cycle is one round of the controller's flows.
 func (s *soak) cycle(i int) {
-	env := s.amp.env
+	env := s.amp.Env
 	upload := "/1.0/loadbalancer/" + env.AmphoraID + "/" + soakLB + "/haproxy"
 	reload := "/1.0/loadbalancer/" + soakLB + "/reload"
 	s.ids.tls, s.ids.pool2, s.ids.member2, s.ids.cert = soakUUID(), soakUUID(), soakUUID(), soakUUID()+".pem"
@@ -361,7 +363,7 @@ func (s *soak) call(method, path string, body []byte, want int) bool {
 		return true
 	}
 	s.calls.Add(1)
-	req, err := http.NewRequestWithContext(s.ctx, method, s.amp.env.URL(path), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(s.ctx, method, s.amp.Env.URL(path), bytes.NewReader(body))
 	if err != nil {
 		s.fail("%s %s: %v", method, path, err)
 		return false
@@ -431,7 +433,7 @@ func (s *soak) plugBody(mac, ip, subnet string) []byte {
 // the HTTP listener on the VIP with member 1, and with tls the TLS
 // listener whose pool also holds member 2.
 func (s *soak) lbConfig(tls bool) string {
-	base := s.amp.base()
+	base := s.amp.Base()
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Configuration for loadbalancer %s
 global
@@ -458,10 +460,10 @@ defaults
 	server := func(id, ip string) string {
 		return fmt.Sprintf("    server %s %s:80 weight 1 check inter 1s fall 2 rise 2\n", id, ip)
 	}
-	frontend(s.ids.http, vrrpVIP+":80", soakPool1, server(soakMember1, soakMember1IP))
+	frontend(s.ids.http, vrrputil.VIP+":80", soakPool1, server(soakMember1, soakMember1IP))
 	if tls {
-		crt := filepath.Join(s.amp.env.Path("lib", "certs"), soakLB, s.ids.cert)
-		frontend(s.ids.tls, vrrpVIP+":443 ssl crt "+crt, s.ids.pool2, server(soakMember1, soakMember1IP), server(s.ids.member2, soakMember2IP))
+		crt := filepath.Join(s.amp.Env.Path("lib", "certs"), soakLB, s.ids.cert)
+		frontend(s.ids.tls, vrrputil.VIP+":443 ssl crt "+crt, s.ids.pool2, server(soakMember1, soakMember1IP), server(s.ids.member2, soakMember2IP))
 	}
 	return b.String()
 }
@@ -477,8 +479,8 @@ func (s *soak) heartbeats(done chan struct{}) {
 			return
 		default:
 		}
-		s.amp.hb.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		n, err := s.amp.hb.Read(buf)
+		s.amp.HB.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		n, err := s.amp.HB.Read(buf)
 		if err != nil {
 			continue
 		}
@@ -512,7 +514,7 @@ func (s *soak) traffic(c *http.Client, url string, done chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		if _, err := getMember(c, url, "X-Member"); err != nil {
+		if _, err := tiersutil.GetMember(c, url, "X-Member"); err != nil {
 			s.trafficBad.Add(1)
 		} else {
 			s.trafficOK.Add(1)
@@ -603,7 +605,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // and counts its daemons by the config their command lines name (other
 // tests' daemons on the machine are not counted).
 func (s *soak) sample() soakSampleOf {
-	env := s.amp.env
+	env := s.amp.Env
 	pid := env.Pid()
 	var x soakSampleOf
 	proc := func(name string) string {
@@ -620,7 +622,7 @@ func (s *soak) sample() soakSampleOf {
 		x.fds = float64(len(fds))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	live, err := status.Fetch(ctx, filepath.Join(s.amp.base(), status.SocketName))
+	live, err := status.Fetch(ctx, filepath.Join(s.amp.Base(), status.SocketName))
 	cancel()
 	if err != nil || live.Goroutines == 0 {
 		s.fail("status socket: %v (goroutines %v)", err, live)
@@ -634,9 +636,9 @@ func (s *soak) sample() soakSampleOf {
 		s.respawns = max(s.respawns, n)
 		s.mu.Unlock()
 	}
-	base := s.amp.base()
-	x.haproxy = float64(len(daemonsOf("haproxy", filepath.Join(base, soakLB, "haproxy.cfg"))))
-	x.keepalived = float64(len(daemonsOf("keepalived", filepath.Join(base, "vrrp", "octavia-keepalived.conf"))))
+	base := s.amp.Base()
+	x.haproxy = float64(len(tiersutil.DaemonsOf("haproxy", filepath.Join(base, soakLB, "haproxy.cfg"))))
+	x.keepalived = float64(len(tiersutil.DaemonsOf("keepalived", filepath.Join(base, "vrrp", "octavia-keepalived.conf"))))
 	x.zombies = float64(zombieChildren(pid))
 	if avg, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(avg)); len(f) > 0 {
@@ -753,7 +755,7 @@ func (s *soak) verdict(rows []soakRow) bool {
 // explainSlowGaps prints, for the first heartbeat gaps over soakSlowGap,
 // the agent's log lines written during the gap.
 func (s *soak) explainSlowGaps() {
-	lines := strings.Split(s.amp.env.Output(), "\n")
+	lines := strings.Split(s.amp.Env.Output(), "\n")
 	for _, g := range s.slow {
 		fmt.Printf("soak: heartbeat gap %v from %s; the agent's log meanwhile:\n", g.to.Sub(g.from).Round(time.Millisecond), g.from.UTC().Format("15:04:05.000"))
 		shown := 0
@@ -776,7 +778,7 @@ func (s *soak) explainSlowGaps() {
 // message with how often it came.
 func (s *soak) summarizeLog() {
 	count := map[string]int{}
-	for _, line := range strings.Split(s.amp.env.Output(), "\n") {
+	for _, line := range strings.Split(s.amp.Env.Output(), "\n") {
 		f := strings.Split(line, "\t")
 		if len(f) < 4 || (f[1] != "WARN" && f[1] != "ERROR") {
 			continue

@@ -19,6 +19,7 @@ import (
 	"github.com/amphora-agent/amphora-agent/agent/status"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vrrputil"
 )
 
 // runStatusCmd runs the built binary's `status` against env's
@@ -82,22 +83,22 @@ func waitStatus(t *testing.T, env *testenv.Env, what string, cond func(status.Re
 // may add to its configuration) with load balancer lb and keepalived
 // running, linked to a peer namespace; it skips without root or
 // keepalived.
-func startStatusAmp(t *testing.T, name, lb string, prepare func(*vrrpAmp)) *vrrpAmp {
+func startStatusAmp(t *testing.T, name, lb string, prepare func(*vrrputil.Amp)) *vrrputil.Amp {
 	t.Helper()
 	topo.RequireRoot(t)
 	if _, err := os.Stat("/usr/sbin/keepalived"); err != nil {
 		t.Skip("keepalived is not installed (make test installs it)")
 	}
-	a := newVRRPAmp(t, name, "203.0.113.4", 100)
+	a := vrrputil.NewAmp(t, name, "203.0.113.4", 100)
 	peer := topo.NewNamespace(t, name+"p")
-	topo.Link(t, a.ns, "eth1", []string{a.addr + "/24"}, peer, "eth1", []string{"203.0.113.5/24"})
+	topo.Link(t, a.NS, "eth1", []string{a.Addr + "/24"}, peer, "eth1", []string{"203.0.113.5/24"})
 	prepare(a)
-	a.env.Start()
-	a.loadBalancer(t, lb)
-	if code, _, body := a.env.Do("PUT", "/1.0/vrrp/upload", []byte(a.withCheckPath(t, "203.0.113.5"))); code != 200 {
+	a.Env.Start()
+	a.LoadBalancer(t, lb)
+	if code, _, body := a.Env.Do("PUT", "/1.0/vrrp/upload", []byte(a.WithCheckPath(t, "203.0.113.5"))); code != 200 {
 		t.Fatalf("VRRP upload: %d %s", code, body)
 	}
-	a.vrrp(t, "start", 202, `{"message":"OK","details":"keepalived started"}`)
+	a.VRRP(t, "start", 202, `{"message":"OK","details":"keepalived started"}`)
 	return a
 }
 
@@ -110,14 +111,14 @@ func startStatusAmp(t *testing.T, name, lb string, prepare func(*vrrpAmp)) *vrrp
 // socket is 0600.
 func TestStatusSystem(t *testing.T) {
 	const lb = "7d8e5f20-9b3c-4d4e-9f50-2b3c4d5e6f70"
-	a := startStatusAmp(t, "s", lb, func(*vrrpAmp) {})
+	a := startStatusAmp(t, "s", lb, func(*vrrputil.Amp) {})
 
-	sock := filepath.Join(a.base(), status.SocketName)
+	sock := filepath.Join(a.Base(), status.SocketName)
 	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("status socket %s: %v %v", sock, st, err)
 	}
 
-	r := waitStatus(t, a.env, "the LB serving, keepalived MASTER with the VIP, a heartbeat sent", func(r status.Report) bool {
+	r := waitStatus(t, a.Env, "the LB serving, keepalived MASTER with the VIP, a heartbeat sent", func(r status.Report) bool {
 		return len(r.LoadBalancers) == 1 && len(r.LoadBalancers[0].Listeners) == 1 && r.VRRP != nil &&
 			r.VRRP.Role == "MASTER" && len(r.VRRP.VIPs) == 1 && !r.Heartbeat.LastSendAt.IsZero()
 	})
@@ -128,18 +129,18 @@ func TestStatusSystem(t *testing.T) {
 	if journalfwd.Available() {
 		wantJournal = 1
 	}
-	if !r.Agent.Running || !r.Agent.Ready || r.Agent.Pid != a.env.Pid() || r.Agent.Topology != "ACTIVE_STANDBY" ||
+	if !r.Agent.Running || !r.Agent.Ready || r.Agent.Pid != a.Env.Pid() || r.Agent.Topology != "ACTIVE_STANDBY" ||
 		got.ID != lb || !got.Running || got.Desired != "running" || first == 0 || len(got.Workers) == 0 ||
 		got.Listeners[0].Status != "OPEN" || got.Respawns == nil || *got.Respawns != 0 ||
-		got.Log != filepath.Join(a.base(), lb, "haproxy.log") || len(got.Journal) != wantJournal ||
-		!r.VRRP.Running || r.VRRP.Desired != "running" || r.VRRP.VIPs[0] != vrrpVIP ||
+		got.Log != filepath.Join(a.Base(), lb, "haproxy.log") || len(got.Journal) != wantJournal ||
+		!r.VRRP.Running || r.VRRP.Desired != "running" || r.VRRP.VIPs[0] != vrrputil.VIP ||
 		r.Heartbeat.Seq == 0 || r.Heartbeat.Suppressed != "" {
 		t.Fatalf("status of a running amphora: %+v", r)
 	}
-	text := runStatusCmd(t, a.env)
+	text := runStatusCmd(t, a.Env)
 	t.Logf("amphora-agent status:\n%s", text)
 	for _, want := range []string{"amphora-agent ", ": running, pid ", "load balancer " + lb + ": running, pid ",
-		"role MASTER", "VIPs held     " + vrrpVIP, filepath.Join(a.base(), "vrrp", "octavia-keepalived.log"), "last sent "} {
+		"role MASTER", "VIPs held     " + vrrputil.VIP, filepath.Join(a.Base(), "vrrp", "octavia-keepalived.log"), "last sent "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status text lacks %q", want)
 		}
@@ -149,34 +150,34 @@ func TestStatusSystem(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	r = waitStatus(t, a.env, "HAProxy respawned", func(r status.Report) bool {
+	r = waitStatus(t, a.Env, "HAProxy respawned", func(r status.Report) bool {
 		lb := r.LoadBalancers[0]
 		return lb.Running && lb.Pid != first && lb.Respawns != nil && *lb.Respawns == 1
 	})
 	if lb := r.LoadBalancers[0]; lb.LastExit != "killed by signal killed" || lb.LastExitAt.IsZero() {
 		t.Errorf("last exit of the killed master: %q at %v", lb.LastExit, lb.LastExitAt)
 	}
-	if text := runStatusCmd(t, a.env); !strings.Contains(text, "respawns      1; last exit: killed by signal killed") {
+	if text := runStatusCmd(t, a.Env); !strings.Contains(text, "respawns      1; last exit: killed by signal killed") {
 		t.Errorf("status text after the kill:\n%s", text)
 	}
 
 	// keepalived stopped: desired stopped, no VIP, heartbeats withheld.
-	a.vrrp(t, "stop", 202, `{"message":"OK","details":"keepalived stoped"}`)
-	r = waitStatus(t, a.env, "keepalived stopped and heartbeats suppressed", func(r status.Report) bool {
+	a.VRRP(t, "stop", 202, `{"message":"OK","details":"keepalived stoped"}`)
+	r = waitStatus(t, a.Env, "keepalived stopped and heartbeats suppressed", func(r status.Report) bool {
 		return !r.VRRP.Running && r.Heartbeat.Suppressed != ""
 	})
 	if r.VRRP.Desired != "stopped" || len(r.VRRP.VIPs) != 0 || !strings.Contains(r.Heartbeat.Suppressed, "keepalived") {
 		t.Errorf("status with keepalived stopped: vrrp %+v heartbeat %+v", r.VRRP, r.Heartbeat)
 	}
-	if text := runStatusCmd(t, a.env); !strings.Contains(text, "keepalived (VRRP): stopped (desired stopped), role none") ||
+	if text := runStatusCmd(t, a.Env); !strings.Contains(text, "keepalived (VRRP): stopped (desired stopped), role none") ||
 		!strings.Contains(text, "SUPPRESSED") {
 		t.Errorf("status text with keepalived stopped:\n%s", text)
 	}
 
 	// The agent stopped: HAProxy still runs and status says so, from the
 	// files, and what it cannot know; it exits with status 3.
-	a.env.Stop()
-	r = statusJSONExit(t, a.env, 3)
+	a.Env.Stop()
+	r = statusJSONExit(t, a.Env, 3)
 	if r.Agent.Running || r.Agent.State != status.AgentNotRunning || !r.LoadBalancers[0].Running ||
 		r.LoadBalancers[0].Respawns != nil || len(r.Unknown) == 0 {
 		t.Errorf("status without the agent: %+v", r)
@@ -184,7 +185,7 @@ func TestStatusSystem(t *testing.T) {
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("status socket left behind by the stopped agent: %v", err)
 	}
-	if text := statusCmdExit(t, a.env, 3); !strings.Contains(text, "NOT RUNNING") || !strings.Contains(text, "not known (agent not running)") {
+	if text := statusCmdExit(t, a.Env, 3); !strings.Contains(text, "NOT RUNNING") || !strings.Contains(text, "not known (agent not running)") {
 		t.Errorf("status text without the agent:\n%s", text)
 	}
 }
@@ -276,13 +277,13 @@ func TestStatusExitNamespaceAndAgent(t *testing.T) {
 func TestStatusExitDaemonDown(t *testing.T) {
 	const lb = "0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
 	var haproxyFails, keepalivedFails string
-	a := startStatusAmp(t, "x", lb, func(a *vrrpAmp) {
+	a := startStatusAmp(t, "x", lb, func(a *vrrputil.Amp) {
 		var haproxyCmd, keepalivedCmd string
-		haproxyCmd, haproxyFails = failingWrapper(t, a.env, "haproxy", "/usr/sbin/haproxy")
-		keepalivedCmd, keepalivedFails = failingWrapper(t, a.env, "keepalived", "/usr/sbin/keepalived")
-		a.env.Extra += fmt.Sprintf("[haproxy_amphora]\nhaproxy_cmd = %s\n[amphora_agent]\nkeepalived_cmd = %s\n", haproxyCmd, keepalivedCmd)
+		haproxyCmd, haproxyFails = failingWrapper(t, a.Env, "haproxy", "/usr/sbin/haproxy")
+		keepalivedCmd, keepalivedFails = failingWrapper(t, a.Env, "keepalived", "/usr/sbin/keepalived")
+		a.Env.Extra += fmt.Sprintf("[haproxy_amphora]\nhaproxy_cmd = %s\n[amphora_agent]\nkeepalived_cmd = %s\n", haproxyCmd, keepalivedCmd)
 	})
-	r := waitExit(t, a.env, 30*time.Second, 0, "")
+	r := waitExit(t, a.Env, 30*time.Second, 0, "")
 	if len(r.LoadBalancers) != 1 || !r.LoadBalancers[0].Running || r.VRRP == nil || !r.VRRP.Running {
 		t.Fatalf("status of a running amphora: %+v", r)
 	}
@@ -292,8 +293,8 @@ func TestStatusExitDaemonDown(t *testing.T) {
 	for _, tc := range []struct {
 		name, fails, pidPath, problem string
 	}{
-		{"HAProxy", haproxyFails, filepath.Join(a.base(), lb, lb+".pid"), "load balancer " + lb + ": should be running, is not"},
-		{"keepalived", keepalivedFails, a.pidPath(), "keepalived (VRRP): should be running, is not"},
+		{"HAProxy", haproxyFails, filepath.Join(a.Base(), lb, lb+".pid"), "load balancer " + lb + ": should be running, is not"},
+		{"keepalived", keepalivedFails, a.PidPath(), "keepalived (VRRP): should be running, is not"},
 	} {
 		pid, err := pidfile.Read(tc.pidPath)
 		if err != nil {
@@ -305,15 +306,15 @@ func TestStatusExitDaemonDown(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		r := waitExit(t, a.env, 30*time.Second, 1, tc.problem)
+		r := waitExit(t, a.Env, 30*time.Second, 1, tc.problem)
 		t.Logf("%s down: exit status 1, problems %q", tc.name, r.Health.Problems)
-		if text := statusCmdExit(t, a.env, 1); !strings.Contains(text, "\nhealth: DEGRADED\n") || !strings.Contains(text, tc.problem) {
+		if text := statusCmdExit(t, a.Env, 1); !strings.Contains(text, "\nhealth: DEGRADED\n") || !strings.Contains(text, tc.problem) {
 			t.Errorf("status text with %s down:\n%s", tc.name, text)
 		}
 		if err := os.Remove(tc.fails); err != nil {
 			t.Fatal(err)
 		}
 		// The backoff between failed starts grows to 30 s at most.
-		waitExit(t, a.env, 60*time.Second, 0, "")
+		waitExit(t, a.Env, 60*time.Second, 0, "")
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/haproxy/stats/haproxytest"
 )
 
@@ -464,7 +465,7 @@ func TestCertificateEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	want := md5Hex(pem)
+	want := tiersutil.MD5Hex(pem)
 	if resp.StatusCode != 200 || resp.Header.Get("ETag") != want {
 		t.Fatalf("PUT: %d ETag %q, want %s", resp.StatusCode, resp.Header.Get("ETag"), want)
 	}

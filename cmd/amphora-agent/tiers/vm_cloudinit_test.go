@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vm"
 )
 
@@ -23,7 +24,7 @@ import (
 // management NIC sits in a PCI slot other than the harness's default and
 // gets its addresses by DHCPv4 and router advertisements.
 func TestVMCloudInit(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	modes := []struct {
 		name string
 		c    vmCreate

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/lvsutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
 )
 
@@ -30,7 +32,7 @@ const oldKeepalived = "/usr/local/sbin/keepalived-2.0.10"
 // heartbeats.
 type lvsChange struct {
 	name    string
-	udp     lvsListener
+	udp     lvsutil.Listener
 	ipvs    map[string]string
 	members map[string]string
 }
@@ -41,7 +43,7 @@ func udpMember(addr string) string { return fmt.Sprintf("%s:%d", addr, vmUDPPort
 // pool, from udpListenerSpec and back to it.
 func udpListenerChanges() []lvsChange {
 	base := udpListenerSpec()
-	with := func(f func(l *lvsListener)) lvsListener {
+	with := func(f func(l *lvsutil.Listener)) lvsutil.Listener {
 		l := udpListenerSpec()
 		l.Members = slices.Clone(base.Members)
 		f(&l)
@@ -50,16 +52,16 @@ func udpListenerChanges() []lvsChange {
 	m1, m2 := udpMember(vmServerIP), udpMember(vmServer2IP)
 	up := map[string]string{vmUDPMember1: "UP", vmUDPMember2: "UP"}
 	return []lvsChange{
-		{"member-removed", with(func(l *lvsListener) { l.Members = l.Members[:1] }),
+		{"member-removed", with(func(l *lvsutil.Listener) { l.Members = l.Members[:1] }),
 			map[string]string{m1: "1"}, map[string]string{vmUDPMember1: "UP"}},
 		{"member-added", base, map[string]string{m1: "1", m2: "1"}, up},
-		{"member-reweighted", with(func(l *lvsListener) { l.Members[0].Weight = 3 }),
+		{"member-reweighted", with(func(l *lvsutil.Listener) { l.Members[0].Weight = 3 }),
 			map[string]string{m1: "3", m2: "1"}, up},
-		{"monitor-removed", with(func(l *lvsListener) { l.Members[0].Weight = 3; l.Monitor = nil }),
+		{"monitor-removed", with(func(l *lvsutil.Listener) { l.Members[0].Weight = 3; l.Monitor = nil }),
 			map[string]string{m1: "3", m2: "1"}, map[string]string{vmUDPMember1: "no check", vmUDPMember2: "no check"}},
-		{"monitor-added-changed", with(func(l *lvsListener) {
+		{"monitor-added-changed", with(func(l *lvsutil.Listener) {
 			l.Members[0].Weight = 3
-			l.Monitor = &lvsMonitor{ID: vmUDPMonitor, Delay: 3, Timeout: 3, Fall: 1}
+			l.Monitor = &lvsutil.Monitor{ID: vmUDPMonitor, Delay: 3, Timeout: 3, Fall: 1}
 		}), map[string]string{m1: "3", m2: "1"}, up},
 	}
 }
@@ -198,7 +200,7 @@ func (f *flaps) see(m health.Message, expectDown string) {
 // and the heartbeats either way; a member that is down across a reload
 // must stay down and come back when it answers again (keepalived issue
 // #1163). The failed asks are printed, not asserted.
-func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapController, specFile string) {
+func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *ctrlutil.HAPController, specFile string) {
 	conf := "/etc/octavia/amphora-agent.conf"
 	restartAgent := func() {
 		t.Helper()
@@ -206,16 +208,16 @@ func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapControll
 		a.MustExec("systemctl restart amphora-agent.service")
 		a.waitNewAgent(old, 2*time.Minute)
 	}
-	send := func(udp lvsListener) {
+	send := func(udp lvsutil.Listener) {
 		t.Helper()
-		data, err := json.Marshal([]lvsListener{udp, sctpListenerSpec()})
+		data, err := json.Marshal([]lvsutil.Listener{udp, sctpListenerSpec()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(specFile, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ctl.run("lvs-update", nil)
+		ctl.Run("lvs-update", nil)
 	}
 	type figures struct {
 		udp, sctp, udpDown counts
@@ -245,7 +247,7 @@ func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapControll
 				at := time.Now()
 				send(c.udp)
 				a.waitIPVS(t, time.Minute, c.name, c.ipvs)
-				a.hb.waitFor(time.Minute, vmKey, c.name+": members "+fmt.Sprint(c.members), func(m health.Message) bool {
+				a.hb.WaitFor(time.Minute, vmKey, c.name+": members "+fmt.Sprint(c.members), func(m health.Message) bool {
 					fl.see(m, "")
 					p, ok := m.Pools[vmUDPPool]
 					return ok && reflect.DeepEqual(p.Members, c.members) && m.Listeners[vmUDPListener].Status == "OPEN"
@@ -270,7 +272,7 @@ func testUDPListenerChanges(t *testing.T, a *amphora, n *vmNet, ctl *hapControll
 				ipvs: map[string]string{udpMember(vmServerIP): "1"}, members: map[string]string{vmUDPMember1: "UP", vmUDPMember2: "DOWN"}}
 			send(back.udp)
 			a.waitIPVS(t, time.Minute, back.name, back.ipvs)
-			a.hb.waitFor(time.Minute, vmKey, back.name, func(m health.Message) bool {
+			a.hb.WaitFor(time.Minute, vmKey, back.name, func(m health.Message) bool {
 				return reflect.DeepEqual(m.Pools[vmUDPPool].Members, back.members)
 			})
 			if err := n.udp[1].Start(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/certs/devpki"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
 )
 
 // powerCycles is how many times the power-loss test pulls the plug:
@@ -75,23 +76,23 @@ func testPowerLoss(t *testing.T, a *amphora, n *vmNet) {
 		}
 		pems = append(pems, c.Combined())
 	}
-	status, _, hapCfg := a.env.Do("GET", "/1.0/loadbalancer/"+hapLB+"/haproxy", nil)
+	status, _, hapCfg := a.env.Do("GET", "/1.0/loadbalancer/"+ctrlutil.HAPLB+"/haproxy", nil)
 	if status != 200 {
 		t.Fatalf("GET haproxy config: %d %s", status, hapCfg)
 	}
 	agentCfg := []byte(a.MustExec("cat /etc/octavia/amphora-agent.conf"))
-	certDir := "/var/lib/octavia/certs/" + hapLB
+	certDir := "/var/lib/octavia/certs/" + ctrlutil.HAPLB
 	ramCerts := strings.Contains(a.MustExec("findmnt -n -o FSTYPE --target /var/lib/octavia/certs || true"), "tmpfs")
 
 	version := func(base []byte, i int) []byte {
 		return append(bytes.Clone(base), fmt.Sprintf("\n# power-loss upload %d\n", i)...)
 	}
 	files := []*storedFile{
-		{path: "/var/lib/octavia/" + hapLB + "/haproxy.cfg", put: func(i int) (string, string, []byte) {
-			return "PUT", "/1.0/loadbalancer/" + a.env.AmphoraID + "/" + hapLB + "/haproxy", version(hapCfg, i)
+		{path: "/var/lib/octavia/" + ctrlutil.HAPLB + "/haproxy.cfg", put: func(i int) (string, string, []byte) {
+			return "PUT", "/1.0/loadbalancer/" + a.env.AmphoraID + "/" + ctrlutil.HAPLB + "/haproxy", version(hapCfg, i)
 		}},
 		{path: certDir + "/power-loss.pem", put: func(i int) (string, string, []byte) {
-			return "PUT", "/1.0/loadbalancer/" + hapLB + "/certificates/power-loss.pem", pems[i%len(pems)]
+			return "PUT", "/1.0/loadbalancer/" + ctrlutil.HAPLB + "/certificates/power-loss.pem", pems[i%len(pems)]
 		}},
 		{path: "/etc/octavia/amphora-agent.conf", put: func(i int) (string, string, []byte) {
 			return "PUT", "/1.0/config", version(agentCfg, i)

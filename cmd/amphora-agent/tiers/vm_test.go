@@ -30,7 +30,11 @@ import (
 	"time"
 
 	"github.com/amphora-agent/amphora-agent/agent/health"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/ctrlutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/hbutil"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/lvsutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/testenv"
+	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/tiersutil"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/topo"
 	"github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/vm"
 )
@@ -76,7 +80,7 @@ func vmPackage(t *testing.T) string {
 type amphora struct {
 	*vm.VM
 	env     *testenv.Env // the controller's certificates and the API address
-	hb      *hbReceiver
+	hb      *hbutil.Receiver
 	started time.Time
 	// What Octavia asked Nova for, and the key pair's public key.
 	build     octaviaBuild
@@ -122,7 +126,7 @@ func computeCreate(t *testing.T, env *testenv.Env, hbPort int, topology string, 
 		"key_name": vmKeyName, "timezone": c.Timezone,
 	}
 	work := t.TempDir()
-	stdout, stderr, _ := runControllerScript(t, env, testdataScript(t, "vm", "compute_create.py"),
+	stdout, stderr, _ := ctrlutil.RunControllerScript(t, env, ctrlutil.TestdataScript(t, "vm", "compute_create.py"),
 		"--spec", writeSpec(t, work, spec), "--workdir", work)
 	var b octaviaBuild
 	if err := json.Unmarshal(stdout, &b); err != nil || b.UserData == "" {
@@ -171,8 +175,8 @@ func createAmphora(t *testing.T, name, topology string, c vmCreate) *amphora {
 	img := vm.BuildImage(t)
 	t.Logf("%s; accelerator %s", img.Info, vm.Accel(img))
 	env := testenv.New(t)
-	hb := newHBReceiver(t)
-	_, port, _ := strings.Cut(hb.addr(), ":")
+	hb := hbutil.NewReceiver(t)
+	_, port, _ := strings.Cut(hb.Addr(), ":")
 	hbPort, _ := strconv.Atoi(port)
 	build := computeCreate(t, env, hbPort, topology, c)
 	files := map[string][]byte{
@@ -264,14 +268,14 @@ func (a *amphora) journalMonotonic(text string) int64 {
 // realHMUnwrap runs the health manager's own envelope code on a datagram.
 func realHMUnwrap(t *testing.T, datagram []byte, key string) map[string]any {
 	t.Helper()
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, "-c", `import binascii, json, sys
+	cmd := exec.CommandContext(ctx, ctrlutil.DebianPython, "-c", `import binascii, json, sys
 from octavia.amphorae.backends.health_daemon import status_message
 print(json.dumps(status_message.unwrap_envelope(binascii.unhexlify(sys.argv[1]), sys.argv[2])))`,
 		hex.EncodeToString(datagram), key)
-	cmd.Env = pythonEnv()
+	cmd.Env = ctrlutil.PythonEnv()
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("the health manager's unwrap_envelope refused the heartbeat: %v", err)
@@ -324,30 +328,30 @@ const (
 // monitors' timeouts leave room for a slow emulated VM: a check that runs
 // out of time counts as a failure.
 func vmLVSSpec(t *testing.T) string {
-	return lvsSpecArg(t, udpListenerSpec(), sctpListenerSpec())
+	return lvsutil.SpecArg(t, udpListenerSpec(), sctpListenerSpec())
 }
 
 // vmUDPUnmonitored is the UDP listener without a monitor: what the
 // ACTIVE_STANDBY test serves, where two emulated VMs share the host and
 // every check process counts against the VRRP check's timeout.
-func vmUDPUnmonitored() lvsListener {
+func vmUDPUnmonitored() lvsutil.Listener {
 	l := udpListenerSpec()
 	l.Monitor = nil
 	return l
 }
 
-func udpListenerSpec() lvsListener {
-	return lvsListener{ID: vmUDPListener, Protocol: "UDP", Port: vmUDPPort, PoolID: vmUDPPool,
-		Monitor: &lvsMonitor{ID: vmUDPMonitor, Delay: 4, Timeout: 4, Fall: 1},
-		Members: []lvsMember{
+func udpListenerSpec() lvsutil.Listener {
+	return lvsutil.Listener{ID: vmUDPListener, Protocol: "UDP", Port: vmUDPPort, PoolID: vmUDPPool,
+		Monitor: &lvsutil.Monitor{ID: vmUDPMonitor, Delay: 4, Timeout: 4, Fall: 1},
+		Members: []lvsutil.Member{
 			{ID: vmUDPMember1, Address: vmServerIP, Port: vmUDPPort, Weight: 1, Enabled: true},
 			{ID: vmUDPMember2, Address: vmServer2IP, Port: vmUDPPort, Weight: 1, Enabled: true}}}
 }
 
-func sctpListenerSpec() lvsListener {
-	return lvsListener{ID: vmSCTPList, Protocol: "SCTP", Port: vmSCTPPort, PoolID: vmSCTPPool,
-		Monitor: &lvsMonitor{ID: vmSCTPMonitor, Delay: 5, Timeout: 2, Fall: 1},
-		Members: []lvsMember{
+func sctpListenerSpec() lvsutil.Listener {
+	return lvsutil.Listener{ID: vmSCTPList, Protocol: "SCTP", Port: vmSCTPPort, PoolID: vmSCTPPool,
+		Monitor: &lvsutil.Monitor{ID: vmSCTPMonitor, Delay: 5, Timeout: 2, Fall: 1},
+		Members: []lvsutil.Member{
 			{ID: vmSCTPMember1, Address: vmServerIP, Port: vmSCTPPort, Weight: 1, Enabled: true},
 			{ID: vmSCTPMember2, Address: vmServer2IP, Port: vmSCTPPort, Weight: 1, Enabled: true}}}
 }
@@ -432,7 +436,7 @@ func (a *amphora) sctpMembers(t *testing.T, timeout time.Duration, m1, m2 string
 // members in these statuses.
 func (a *amphora) lvsMembers(t *testing.T, timeout time.Duration, listener, pool string, want map[string]string) (health.Message, []byte) {
 	t.Helper()
-	return a.hb.waitFor(timeout, vmKey, fmt.Sprintf("pool %s members %v", pool, want), func(m health.Message) bool {
+	return a.hb.WaitFor(timeout, vmKey, fmt.Sprintf("pool %s members %v", pool, want), func(m health.Message) bool {
 		p, ok := m.Pools[pool]
 		return ok && reflect.DeepEqual(p.Members, want) && m.Listeners[listener].Status == "OPEN"
 	})
@@ -486,14 +490,14 @@ func (n *vmNet) attach(t *testing.T, a *amphora, topology, vrrpIP, memberIP stri
 	}
 	work := t.TempDir()
 	specFile := writeSpec(t, work, spec)
-	stdout, stderr, _ := runControllerScript(t, a.env, testdataScript(t, "network", "controller_network.py"), "--spec", specFile, "--workdir", work)
-	var report map[string]netCall
+	stdout, stderr, _ := ctrlutil.RunControllerScript(t, a.env, ctrlutil.TestdataScript(t, "network", "controller_network.py"), "--spec", specFile, "--workdir", work)
+	var report map[string]ctrlutil.NetCall
 	if err := json.Unmarshal(stdout, &report); err != nil {
 		t.Fatalf("controller script printed no report: %v\n%s\n%s", err, stdout, stderr)
 	}
 	for _, name := range []string{"post_vip_plug", "post_network_plug"} {
 		if c, ok := report[name]; !ok || c.Raised != nil {
-			t.Fatalf("%s raised %s: %s", name, deref(c.Raised), c.Error)
+			t.Fatalf("%s raised %s: %s", name, ctrlutil.Deref(c.Raised), c.Error)
 		}
 	}
 }
@@ -510,19 +514,19 @@ func writeSpec(t *testing.T, dir string, spec any) string {
 
 // startLB has the controller's driver render (Octavia's own templates),
 // upload and start an HTTP load balancer on the VIP.
-func startLB(t *testing.T, a *amphora, lvsSpec string, extra ...string) *hapController {
+func startLB(t *testing.T, a *amphora, lvsSpec string, extra ...string) *ctrlutil.HAPController {
 	t.Helper()
 	args := []string{
 		"--amphora-id", a.env.AmphoraID, "--lb-network-ip", "127.0.0.1", "--port", strconv.Itoa(a.env.Port),
 		"--client-cert", a.env.ClientCert, "--server-ca", a.env.CAFile, "--workdir", t.TempDir(),
 		"--base-path", "/var/lib/octavia", "--base-cert-dir", "/var/lib/octavia/certs",
-		"--lb-id", hapLB, "--listener-id", hapListener, "--pool-id", hapPool,
-		"--vip", vmVIP, "--listener-port", "80", "--connection-limit", strconv.Itoa(hapConnLimit),
-		"--cert-id", hapCert,
-		"--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[0], vmServerIP, vmServerPort),
+		"--lb-id", ctrlutil.HAPLB, "--listener-id", ctrlutil.HAPListener, "--pool-id", ctrlutil.HAPPool,
+		"--vip", vmVIP, "--listener-port", "80", "--connection-limit", strconv.Itoa(ctrlutil.HAPConnLimit),
+		"--cert-id", ctrlutil.HAPCert,
+		"--member", fmt.Sprintf("%s,%s,%d", ctrlutil.HAPMemberIDs[0], vmServerIP, vmServerPort),
 		"--lvs-spec", lvsSpec,
 	}
-	ctl, _ := startHAPController(t, a.env, append(args, extra...)...)
+	ctl, _ := ctrlutil.StartHAPController(t, a.env, append(args, extra...)...)
 	t.Cleanup(func() {
 		if t.Failed() && a.Running() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -531,10 +535,10 @@ func startLB(t *testing.T, a *amphora, lvsSpec string, extra ...string) *hapCont
 			t.Logf("%s: the agent's and keepalived's journal:\n%s", a.Name, out)
 		}
 	})
-	ctl.run("create", nil)
-	ctl.run("start", nil)
+	ctl.Run("create", nil)
+	ctl.Run("start", nil)
 	// The UDP and SCTP listeners join: one listener update sends all three.
-	ctl.run("lvs-create", nil)
+	ctl.Run("lvs-create", nil)
 	return ctl
 }
 
@@ -559,7 +563,7 @@ func startTraffic(t *testing.T, n *vmNet, limit int) *traffic {
 				return
 			default:
 			}
-			if _, err := getMember(c, "http://"+vmVIP+"/", "X-Member"); err != nil {
+			if _, err := tiersutil.GetMember(c, "http://"+vmVIP+"/", "X-Member"); err != nil {
 				tr.failed.Add(1)
 				tr.lastErr.Store(err.Error())
 			} else {
@@ -587,7 +591,7 @@ func waitServed(t *testing.T, n *vmNet, timeout time.Duration) {
 	c := n.client.HTTPClient(false)
 	c.Timeout = 3 * time.Second
 	testenv.WaitFor(t, timeout, "traffic through the VIP", func() bool {
-		m, err := getMember(c, "http://"+vmVIP+"/", "X-Member")
+		m, err := tiersutil.GetMember(c, "http://"+vmVIP+"/", "X-Member")
 		return err == nil && m == "member-1"
 	})
 }
@@ -598,7 +602,7 @@ func (a *amphora) mainPID() string {
 }
 
 func (a *amphora) haproxyMaster() string {
-	return strings.TrimSpace(a.MustExec("cat /var/lib/octavia/" + hapLB + "/" + hapLB + ".pid"))
+	return strings.TrimSpace(a.MustExec("cat /var/lib/octavia/" + ctrlutil.HAPLB + "/" + ctrlutil.HAPLB + ".pid"))
 }
 
 // waitNewAgent waits until systemd runs an agent other than old, active.
@@ -615,7 +619,7 @@ func (a *amphora) waitNewAgent(old string, timeout time.Duration) string {
 // kill -9 under traffic, the watchdog, and a reboot with no controller
 // call afterwards.
 func TestVMSingleAmphora(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	a := bootAmphora(t, "amp-single", "SINGLE")
 	var n *vmNet
 
@@ -652,7 +656,7 @@ func TestVMSingleAmphora(t *testing.T) {
 		if status != 200 || json.Unmarshal(body, &info) != nil || info["api_version"] != "1.0" {
 			t.Fatalf("GET /1.0/info: %d %s", status, body)
 		}
-		_, datagram := a.hb.waitFor(time.Minute, vmKey, "a heartbeat from the VM", func(health.Message) bool { return true })
+		_, datagram := a.hb.WaitFor(time.Minute, vmKey, "a heartbeat from the VM", func(health.Message) bool { return true })
 		if msg := realHMUnwrap(t, datagram, vmKey); msg["id"] != a.env.AmphoraID {
 			t.Fatalf("heartbeat as the health manager reads it: %v", msg)
 		}
@@ -693,7 +697,7 @@ func TestVMSingleAmphora(t *testing.T) {
 		if pools, _ := msg["pools"].(map[string]any); pools[vmUDPPool] == nil {
 			t.Fatalf("the health manager's unwrap_envelope finds no pool %s: %v", vmUDPPool, msg)
 		}
-		a.hb.waitFor(30*time.Second, vmKey, "IPVS counters of the UDP listener", func(m health.Message) bool {
+		a.hb.WaitFor(30*time.Second, vmKey, "IPVS counters of the UDP listener", func(m health.Message) bool {
 			st := m.Listeners[vmUDPListener].Stats
 			return st.RX > 0 && st.TX > 0 && st.TotConns > 0
 		})
@@ -734,7 +738,7 @@ func TestVMSingleAmphora(t *testing.T) {
 		}
 		a.sctpMembers(t, time.Minute, "UP", "UP")
 		servedBy(t, "SCTP", n.sctpAsk, time.Minute, "sctp-member-1", "sctp-member-2")
-		a.hb.waitFor(30*time.Second, vmKey, "IPVS counters of the SCTP listener", func(m health.Message) bool {
+		a.hb.WaitFor(30*time.Second, vmKey, "IPVS counters of the SCTP listener", func(m health.Message) bool {
 			st := m.Listeners[vmSCTPList].Stats
 			return st.RX > 0 && st.TX > 0 && st.TotConns > 0
 		})
@@ -773,9 +777,9 @@ func TestVMSingleAmphora(t *testing.T) {
 
 	// HAProxy's output is in the journal under upstream's unit name, and
 	// status names that place (README.md, "Where the logs are").
-	hapJournal := "journalctl -b --no-pager -o cat -t haproxy-" + hapLB
+	hapJournal := "journalctl -b --no-pager -o cat -t haproxy-" + ctrlutil.HAPLB
 	a.WaitFor(time.Minute, "HAProxy's output in the journal", hapJournal+" | grep -q 'New worker'")
-	if st := a.MustExec("/usr/local/bin/amphora-agent status --config-file /etc/octavia/amphora-agent.conf"); !strings.Contains(st, "journalctl -t haproxy-"+hapLB) {
+	if st := a.MustExec("/usr/local/bin/amphora-agent status --config-file /etc/octavia/amphora-agent.conf"); !strings.Contains(st, "journalctl -t haproxy-"+ctrlutil.HAPLB) {
 		t.Fatalf("status does not name HAProxy's journal identifier:\n%s", st)
 	}
 	newWorkers := func() string { return strings.TrimSpace(a.MustExec(hapJournal + " | grep -c 'New worker' || true")) }
@@ -874,12 +878,12 @@ func TestVMSingleAmphora(t *testing.T) {
 		active, _ := strconv.ParseInt(a.unitShow("ActiveEnterTimestampMonotonic")["ActiveEnterTimestampMonotonic"], 10, 64)
 		// The master's start time (clock ticks since boot, USER_HZ 100).
 		ticks, _ := strconv.ParseInt(strings.TrimSpace(a.MustExec(
-			"awk '{print $22}' /proc/$(cat /var/lib/octavia/"+hapLB+"/"+hapLB+".pid)/stat")), 10, 64)
+			"awk '{print $22}' /proc/$(cat /var/lib/octavia/"+ctrlutil.HAPLB+"/"+ctrlutil.HAPLB+".pid)/stat")), 10, 64)
 		if started := ticks * 10000; started == 0 || started > active {
 			t.Fatalf("HAProxy started at %d µs after boot, the unit was active at %d µs", started, active)
 		}
 		waitServed(t, n, 30*time.Second)
-		if log := a.MustExec("ls -l /var/lib/octavia/" + hapLB + "/haproxy.log"); !strings.Contains(log, "haproxy.log") {
+		if log := a.MustExec("ls -l /var/lib/octavia/" + ctrlutil.HAPLB + "/haproxy.log"); !strings.Contains(log, "haproxy.log") {
 			t.Fatalf("HAProxy's log is not where README.md (\"Where the logs are\") says: %s", log)
 		}
 		// The UDP and SCTP listeners too: their keepalived restored, both
@@ -893,7 +897,7 @@ func TestVMSingleAmphora(t *testing.T) {
 }
 
 // vrrpCall runs testdata/vm/controller_vrrp.py for amphora index this.
-func vrrpCall(t *testing.T, amps []*amphora, this int, action string) netCall {
+func vrrpCall(t *testing.T, amps []*amphora, this int, action string) ctrlutil.NetCall {
 	t.Helper()
 	type ampSpec struct {
 		ID       string `json:"id"`
@@ -904,16 +908,16 @@ func vrrpCall(t *testing.T, amps []*amphora, this int, action string) netCall {
 	}
 	spec := map[string]any{
 		"client_cert": amps[this].env.ClientCert, "server_ca": amps[this].env.CAFile,
-		"lb_id": hapLB, "vip": vmVIP, "vip_cidr": "203.0.113.0/24", "vip_gateway": vmClientIP, "this": this,
+		"lb_id": ctrlutil.HAPLB, "vip": vmVIP, "vip_cidr": "203.0.113.0/24", "vip_gateway": vmClientIP, "this": this,
 		"amphorae": []ampSpec{
 			{ID: amps[0].env.AmphoraID, Port: amps[0].env.Port, VRRPIP: "203.0.113.4", Role: "MASTER", Priority: 100},
 			{ID: amps[1].env.AmphoraID, Port: amps[1].env.Port, VRRPIP: "203.0.113.5", Role: "BACKUP", Priority: 90},
 		},
 	}
 	work := t.TempDir()
-	stdout, stderr, _ := runControllerScript(t, amps[this].env, testdataScript(t, "vm", "controller_vrrp.py"),
+	stdout, stderr, _ := ctrlutil.RunControllerScript(t, amps[this].env, ctrlutil.TestdataScript(t, "vm", "controller_vrrp.py"),
 		"--spec", writeSpec(t, work, spec), "--workdir", work, "--action", action)
-	var c netCall
+	var c ctrlutil.NetCall
 	if err := json.Unmarshal(stdout, &c); err != nil {
 		t.Fatalf("controller_vrrp.py printed no report: %v\n%s\n%s", err, stdout, stderr)
 	}
@@ -943,7 +947,7 @@ func holder(t *testing.T, amps []*amphora) int {
 		case c.Raised == nil && c.Returned == nil:
 			// The driver's answer for an address no interface holds.
 		default:
-			t.Fatalf("get_interface_from_ip on %s: %v %s %s", amps[i].Name, c.Returned, deref(c.Raised), c.Error)
+			t.Fatalf("get_interface_from_ip on %s: %v %s %s", amps[i].Name, c.Returned, ctrlutil.Deref(c.Raised), c.Error)
 		}
 	}
 	return found
@@ -954,7 +958,7 @@ func holder(t *testing.T, amps []*amphora) int {
 // by its driver: one MASTER serves the VIP; when its VM loses power the
 // BACKUP takes the VIP over and traffic resumes, HTTP and UDP.
 func TestVMActiveStandby(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	amps := []*amphora{startAmphora(t, "amp-master", "ACTIVE_STANDBY"), startAmphora(t, "amp-backup", "ACTIVE_STANDBY")}
 	for _, a := range amps {
 		a.ready(t)
@@ -962,7 +966,7 @@ func TestVMActiveStandby(t *testing.T) {
 	n := newDataPlane(t)
 	for i, a := range amps {
 		n.attach(t, a, "ACTIVE_STANDBY", fmt.Sprintf("203.0.113.%d", 4+i), fmt.Sprintf("198.51.100.%d", 20+i))
-		startLB(t, a, lvsSpecArg(t, vmUDPUnmonitored()))
+		startLB(t, a, lvsutil.SpecArg(t, vmUDPUnmonitored()))
 	}
 	for i := range amps {
 		vrrpCall(t, amps, i, "configure")
@@ -993,7 +997,7 @@ func TestVMActiveStandby(t *testing.T) {
 	amps[master].PowerOff()
 	var back time.Duration
 	testenv.WaitFor(t, 2*time.Minute, "traffic through the BACKUP", func() bool {
-		if _, err := getMember(c, "http://"+vmVIP+"/", "X-Member"); err == nil {
+		if _, err := tiersutil.GetMember(c, "http://"+vmVIP+"/", "X-Member"); err == nil {
 			back = time.Since(cut)
 			return true
 		}
@@ -1077,11 +1081,11 @@ func (r *syslogReceiver) waitFor(t *testing.T, timeout time.Duration, what strin
 // 10-rsyslog.conf for these offloading options.
 func renderRsyslogConf(t *testing.T, args ...string) []byte {
 	t.Helper()
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, debianPython, append([]string{testdataScript(t, "vm", "controller_logging.py"), "--workdir", t.TempDir()}, args...)...)
-	cmd.Env = pythonEnv()
+	cmd := exec.CommandContext(ctx, ctrlutil.DebianPython, append([]string{ctrlutil.TestdataScript(t, "vm", "controller_logging.py"), "--workdir", t.TempDir()}, args...)...)
+	cmd.Env = ctrlutil.PythonEnv()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -1107,7 +1111,7 @@ const (
 // disable_local_log_storage the flow lines still leave and stay off the
 // disk.
 func TestVMLogsAndPingMonitor(t *testing.T) {
-	requireOctavia(t)
+	ctrlutil.RequireOctavia(t)
 	tenant, admin := newSyslogReceiver(t), newSyslogReceiver(t)
 	rsyslogConf := renderRsyslogConf(t, "--tenant-target", tenant.target(), "--admin-target", admin.target())
 	a := startAmphoraWith(t, "amp-logs", "SINGLE", map[string][]byte{"/etc/rsyslog.d/10-rsyslog.conf": rsyslogConf})
@@ -1123,18 +1127,18 @@ func TestVMLogsAndPingMonitor(t *testing.T) {
 	n.member.ServeHTTP(t, fmt.Sprintf("%s:%d", vmMember2IP, vmServerPort), topo.MemberHandler("member-2"))
 	n.attach(t, a, "SINGLE", "203.0.113.4", "198.51.100.20")
 	// The UDP listener's keepalived logs to syslog: the admin target gets it.
-	startLB(t, a, lvsSpecArg(t, vmUDPUnmonitored()), "--ping-monitor",
-		"--member", fmt.Sprintf("%s,%s,%d", hapMemberIDs[1], vmMember2IP, vmServerPort))
+	startLB(t, a, lvsutil.SpecArg(t, vmUDPUnmonitored()), "--ping-monitor",
+		"--member", fmt.Sprintf("%s,%s,%d", ctrlutil.HAPMemberIDs[1], vmMember2IP, vmServerPort))
 	waitServed(t, n, time.Minute)
-	if cfg := a.MustExec("cat /var/lib/octavia/" + hapLB + "/haproxy.cfg"); !strings.Contains(cfg, "external-check command /var/lib/octavia/ping-wrapper.sh") {
+	if cfg := a.MustExec("cat /var/lib/octavia/" + ctrlutil.HAPLB + "/haproxy.cfg"); !strings.Contains(cfg, "external-check command /var/lib/octavia/ping-wrapper.sh") {
 		t.Fatalf("the rendered config has no PING check:\n%s", cfg)
 	}
 	members := func(m1, m2 string) {
 		t.Helper()
-		want := map[string]string{hapMemberIDs[0]: m1, hapMemberIDs[1]: m2}
-		a.hb.waitFor(time.Minute, vmKey, fmt.Sprintf("pool members %v", want), func(m health.Message) bool {
+		want := map[string]string{ctrlutil.HAPMemberIDs[0]: m1, ctrlutil.HAPMemberIDs[1]: m2}
+		a.hb.WaitFor(time.Minute, vmKey, fmt.Sprintf("pool members %v", want), func(m health.Message) bool {
 			// Heartbeat v3 names an HAProxy pool <pool>:<listener>.
-			return reflect.DeepEqual(m.Pools[hapPool+":"+hapListener].Members, want)
+			return reflect.DeepEqual(m.Pools[ctrlutil.HAPPool+":"+ctrlutil.HAPListener].Members, want)
 		})
 	}
 
@@ -1157,7 +1161,7 @@ func TestVMLogsAndPingMonitor(t *testing.T) {
 	request := func(path string) {
 		t.Helper()
 		testenv.WaitFor(t, 30*time.Second, "a request through the VIP", func() bool {
-			_, err := getMember(c, "http://"+vmVIP+path, "X-Member")
+			_, err := tiersutil.GetMember(c, "http://"+vmVIP+path, "X-Member")
 			return err == nil
 		})
 	}
@@ -1165,7 +1169,7 @@ func TestVMLogsAndPingMonitor(t *testing.T) {
 	t.Run("offloading-and-local-storage", func(t *testing.T) {
 		marker := "/aa-logs-" + topo.Tag()
 		request(marker)
-		line := tenant.waitFor(t, time.Minute, "HAProxy's flow line at the tenant target", marker, hapLB)
+		line := tenant.waitFor(t, time.Minute, "HAProxy's flow line at the tenant target", marker, ctrlutil.HAPLB)
 		t.Logf("tenant target got: %s", strings.TrimSpace(line))
 		if got := admin.find(marker); len(got) != 0 {
 			t.Fatalf("a flow line reached the admin target: %q", got)

@@ -1,6 +1,7 @@
-//go:build system || interop || vm
-
-package tiers_test
+// Package lvsutil is what the system, interop and VM tiers share about
+// UDP and SCTP (LVS) listeners: the keepalived each one runs, and the
+// listener spec the controller scripts take (--lvs-spec).
+package lvsutil
 
 import (
 	"os"
@@ -11,8 +12,8 @@ import (
 	"testing"
 )
 
-// lvsPid is the live keepalived of an LVS listener, or 0.
-func lvsPid(dir, id string) int {
+// Pid is the live keepalived of an LVS listener, or 0.
+func Pid(dir, id string) int {
 	data, err := os.ReadFile(filepath.Join(dir, "octavia-keepalivedlvs-"+id+".pid"))
 	if err != nil {
 		return 0
@@ -24,16 +25,16 @@ func lvsPid(dir, id string) int {
 	return pid
 }
 
-// killLVSKeepalived stops the listeners' keepalived left behind by a
+// KillKeepalived stops the listeners' keepalived left behind by a
 // failed test: they outlive the agent by design.
-func killLVSKeepalived(t *testing.T, dir string) {
+func KillKeepalived(t *testing.T, dir string) {
 	matches, _ := filepath.Glob(filepath.Join(dir, "octavia-keepalivedlvs-*.pid"))
 	for _, p := range matches {
 		if strings.Count(filepath.Base(p), ".") != 1 {
 			continue
 		}
 		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "octavia-keepalivedlvs-"), ".pid")
-		if pid := lvsPid(dir, id); pid != 0 {
+		if pid := Pid(dir, id); pid != 0 {
 			t.Logf("killing keepalived %d of listener %s", pid, id)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
