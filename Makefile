@@ -55,27 +55,26 @@ deps-cloud:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-# The lint gate: gofmt, go vet and staticcheck under every tag set the
-# tiers build with, and deadcode: a function the binary never calls is
-# either a test helper, whose place is a _test.go file or a test-helper
-# package (agent/health/healthtest, netns/netnstest, ...), or dead. The
-# linters run pinned from the module proxy (go run pkg@version), so that
-# nothing of theirs enters go.mod; staticcheck's //lint:ignore comments
-# name their reason.
+# The lint gate: gofmt, go vet and staticcheck without tags and under
+# every build tag of the tree at once (TAGS, read from the //go:build
+# lines: each tier's package has one tag, so they build side by side),
+# and deadcode: a function the binary never calls is either a test
+# helper, whose place is a _test.go file or a test-helper package
+# (agent/health/healthtest, netns/netnstest, ...), or dead. The linters
+# run pinned from the module proxy (go run pkg@version), so that nothing
+# of theirs enters go.mod; staticcheck's //lint:ignore comments name
+# their reason.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEADCODE := golang.org/x/tools/cmd/deadcode@v0.52.0
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
+TAGS = $(sort $(shell grep -rh --include='*.go' --exclude-dir=testdata --exclude-dir=.git '^//go:build ' . | sed 's|^//go:build ||'))
 vet:
 	@unformatted=$$($(GOFMT) -l .) || exit 1; \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted (gofmt -w them):"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags 'system interop bench vm' ./...
-	$(GO) vet -tags 'system soak' ./cmd/amphora-agent/tiers/
-	$(GO) vet -tags cloud ./cmd/amphora-agent/tiers/...
+	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) run $(STATICCHECK) ./...
-	$(GO) run $(STATICCHECK) -tags 'system interop bench vm' ./...
-	$(GO) run $(STATICCHECK) -tags 'system soak' ./cmd/amphora-agent/tiers/
-	$(GO) run $(STATICCHECK) -tags cloud ./cmd/amphora-agent/tiers/...
+	$(GO) run $(STATICCHECK) -tags '$(TAGS)' ./...
 	@dead=$$($(GO) run $(DEADCODE) ./cmd/amphora-agent) || exit 1; \
 	if [ -n "$$dead" ]; then echo "deadcode: functions the binary never calls (move test helpers to a _test.go file or a ...test package, delete the rest):"; echo "$$dead"; exit 1; fi
 
@@ -92,24 +91,30 @@ test-vm-cloud:
 test-unit:
 	$(GO) test -race -count=1 ./...
 
-# The demo is a system test too; make test runs it on its own (demo).
+# The system tier's package, and the system tests of other packages (their
+# files under //go:build system: agent, topo, sctppeer), each test once:
+# tagged.sh names the packages and the tests. The demo is a system test
+# too; make test runs it on its own (demo).
+TAGGED := cmd/amphora-agent/tiers/tagged.sh
 test-system: build
-	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -p 1 -skip '^TestDemo$$' ./...
+	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -p 1 -run "$$($(TAGGED) run system)" -skip '^TestDemo$$' $$($(TAGGED) pkgs system)
 
 # The whole job on this machine, told step by step (root): the test
 # TestDemo plays the controller and the health manager against the real
-# agent (see cmd/amphora-agent/tiers/README.md, "The demo").
+# agent (see cmd/amphora-agent/tiers/system/README.md, "The demo").
 demo: build
 	@if [ "$$(id -u)" != 0 ]; then echo "demo: needs root (it makes network namespaces)"; exit 1; fi
-	@set -o pipefail; AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -timeout 2m -run '^TestDemo$$' -v ./cmd/amphora-agent/tiers/ 2>&1 | grep -v '^=== RUN'
+	@set -o pipefail; AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags system -timeout 2m -run '^TestDemo$$' -v ./cmd/amphora-agent/tiers/system/ 2>&1 | grep -v '^=== RUN'
 
+# The interop tier's package and the interop tests of agent/health and
+# agent/sysinfo, as test-system does.
 test-interop: build
-	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run Interop ./...
+	AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags interop -p 1 -run "$$($(TAGGED) run interop)" $$($(TAGGED) pkgs interop)
 
 # Octavia's own control plane (Debian's API, worker, health manager and
 # housekeeping with MariaDB and RabbitMQ) drives the cloud through the
-# project's compute and network drivers (cmd/amphora-agent/tiers/README.md,
-# "Cloud").
+# project's compute and network drivers
+# (cmd/amphora-agent/tiers/cloud/README.md).
 # make test runs it after the VM tier (whose image it boots). CLOUD_RUN
 # picks tests (a -run pattern). The amphora VMs get the package built
 # here (deb) on the VM tier's image.
@@ -119,7 +124,7 @@ test-cloud: deps-cloud deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-cloud: skipped: needs root (namespaces, bridges, VMs)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-cloud: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
 	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
-		$(GO) test -count=1 -tags cloud -p 1 -timeout $(CLOUD_TIMEOUT) -run '$(value CLOUD_RUN)' -v ./cmd/amphora-agent/tiers/ 2>&1 | grep --line-buffered -v '^=== '
+		$(GO) test -count=1 -tags cloud -p 1 -timeout $(CLOUD_TIMEOUT) -run '$(value CLOUD_RUN)' -v ./cmd/amphora-agent/tiers/cloud/ 2>&1 | grep --line-buffered -v '^=== '
 
 # The amphora base image (Debian bookworm; cached by its inputs, so a
 # second run prints the cached one). Prints its folder, size and build time.
@@ -130,8 +135,9 @@ image:
 # cached by its inputs (cmd/amphora-agent/packaging/image/build.sh); the package
 # under test is installed at boot. Each wait on a booting guest may take
 # what Octavia's controller tolerates (10 minutes, vmBootWait in
-# vm_test.go); a loaded host stretched the tier to about twice its 17 idle
-# minutes, and 60m leaves room beside that for a few waits run long.
+# cmd/amphora-agent/tiers/vm/vm_test.go); a loaded host stretched the
+# tier to about twice its 17 idle minutes, and 60m leaves room beside
+# that for a few waits run long.
 # AMPHORA_VM_POWER_CYCLES (environment) sets the power-loss test's count;
 # 10 needs VM_TIMEOUT=90m.
 VM_TIMEOUT ?= 60m
@@ -139,14 +145,15 @@ test-vm: deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-vm: skipped: needs root (taps, namespaces)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-vm: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
 	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
-		$(GO) test -count=1 -tags vm -p 1 -timeout $(VM_TIMEOUT) -run VM -v ./cmd/amphora-agent/tiers/ 2>&1 | grep --line-buffered -v '^=== '
+		$(GO) test -count=1 -tags vm -p 1 -timeout $(VM_TIMEOUT) -v ./cmd/amphora-agent/tiers/vm/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Speed and memory figures, printed, never asserted: the cost of one
 # heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed
-# datagram, and each stage), then cmd/amphora-agent/tiers/bench_test.go's table
-# against upstream's Python agent (Debian's python3-octavia, installed here
-# when missing and possible) and HAProxy's idle floor; then the cost of a
-# PROMETHEUS listener scrape (agent/metrics/promex/bench_test.go).
+# datagram, and each stage), then the bench tier's table
+# (cmd/amphora-agent/tiers/bench/bench_test.go) against upstream's Python
+# agent (Debian's python3-octavia, installed here when missing and
+# possible) and HAProxy's idle floor; then the cost of a PROMETHEUS
+# listener scrape (agent/metrics/promex/bench_test.go).
 bench: build
 	@set -o pipefail; out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
 	for p in haproxy python3-octavia; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
@@ -156,7 +163,7 @@ bench: build
 	fi; \
 	$(GO) test -run '^$$' -bench 'BenchmarkHeartbeat' -benchmem -count=1 ./agent/health/ | tee "$$out/heartbeat-bench.txt" && \
 	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -tags bench -run '^TestBench(Sample|Capacity)$$' ./agent/health/ >"$$out/log" 2>&1 && \
-	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/tiers/ >>"$$out/log" 2>&1 \
+	AMPHORA_BENCH_OUT="$$out" AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -tags bench -run '^TestBench$$' ./cmd/amphora-agent/tiers/bench/ >>"$$out/log" 2>&1 \
 		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
 	AMPHORA_BENCH_OUT="$$out" $(GO) test -count=1 -timeout 10m -tags bench -run '^TestBenchScrape$$' ./agent/metrics/promex/ >>"$$out/log" 2>&1 \
 		|| { cat "$$out/log" 2>/dev/null; exit 1; }; \
@@ -196,13 +203,13 @@ fuzz:
 # The agent against real HAProxy and keepalived for SOAK (default 20m, not
 # part of make test, needs root): 1 s heartbeats, a loop of controller
 # calls, a line of figures a minute, their slopes at the end (TestSoak,
-# cmd/amphora-agent/tiers/soak_system_test.go; see the tiers README, "Soak"). Go
+# cmd/amphora-agent/tiers/soak/soak_test.go; see its README). Go
 # durations add up when written one after the other, so the timeout
 # "$(SOAK)10m" is SOAK plus 10 minutes for set-up and clean-up.
 SOAK ?= 20m
 soak: build
 	@if [ "$$(id -u)" != 0 ]; then echo "soak: needs root (it makes network namespaces)"; exit 1; fi
-	AMPHORA_SOAK=$(SOAK) AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags 'system soak' -timeout $(SOAK)10m -run '^TestSoak$$' -v ./cmd/amphora-agent/tiers/
+	AMPHORA_SOAK=$(SOAK) AMPHORA_AGENT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags soak -timeout $(SOAK)10m -run '^TestSoak$$' -v ./cmd/amphora-agent/tiers/soak/
 
 # The flake hunt (not part of make test): the unit tier FLAKES_UNIT times
 # (-race -shuffle=on) while a busy loop holds each core, then the system

@@ -14,8 +14,8 @@ const benchListeners, benchMembers = 50, 200
 
 // TestBenchSample hands make bench the `show stat` answer BenchmarkHeartbeat
 // measures, so that upstream's builder can be timed on the very same CSV
-// (cmd/amphora-agent/tiers/testdata/bench/upstream_heartbeat.py, driven by
-// cmd/amphora-agent/tiers/bench_test.go). It writes $AMPHORA_BENCH_OUT/heartbeat-sample.json
+// (cmd/amphora-agent/tiers/bench/testdata/upstream_heartbeat.py, driven by
+// cmd/amphora-agent/tiers/bench/bench_test.go). It writes $AMPHORA_BENCH_OUT/heartbeat-sample.json
 // with the CSV, the amphora id, the key, and what our message carries for
 // it. It measures nothing itself.
 func TestBenchSample(t *testing.T) {

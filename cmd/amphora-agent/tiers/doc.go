@@ -1,7 +1,11 @@
-// Package tiers holds the agent's system, interop, VM, cloud, bench, soak
-// and demo tests. They drive the built binary (AMPHORA_AGENT_BIN, or the
-// package for the VM and cloud tiers) from outside, so they live apart
-// from the code they test, in the black-box package tiers_test, each tier
-// behind its build tag (README.md in this folder says how to run each and
-// what it proves); the harness they share is under internal/.
+// Package tiers holds the agent's tests that drive the built binary (or
+// its package, for the VM and cloud tiers) from outside, one package per
+// tier, each under the build tag it is named after: system (with the
+// demo), interop, vm, cloud, bench and soak. They never import the
+// agent's core; the harness they share is under internal/ (README.md in
+// this folder says how to run each tier and what it proves).
+//
+// This package itself, built without tags, runs in the unit tier: the
+// layering test (deps_test.go) and a unit test of the packaged LVS
+// masquerade script.
 package tiers

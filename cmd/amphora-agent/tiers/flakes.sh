@@ -121,18 +121,23 @@ for ((i = 1; i <= unit; i++)); do
 	run unit "$i" "$go" test -race -shuffle=on -count=1 ./...
 	stop_busy
 done
+# The system tier as make test-system runs it: its package and the system
+# tests of other packages, each once (tagged.sh).
 if ((system > 0)) && [ "$(id -u)" != 0 ]; then
 	echo "flakes: system tier skipped: needs root (network namespaces)"
-else
+elif ((system > 0)); then
+	system_run=$(cmd/amphora-agent/tiers/tagged.sh run system) || exit 2
+	pkgs=$(cmd/amphora-agent/tiers/tagged.sh pkgs system) || exit 2
+	mapfile -t system_pkgs <<<"$pkgs"
 	for ((i = 1; i <= system; i++)); do
-		run system "$i" env AMPHORA_AGENT_BIN="$bin" "$go" test -count=1 -tags system -p 1 -skip '^TestDemo$' ./...
+		run system "$i" env AMPHORA_AGENT_BIN="$bin" "$go" test -count=1 -tags system -p 1 -run "$system_run" -skip '^TestDemo$' "${system_pkgs[@]}"
 		system_ran=$i
 	done
 fi
 
 echo
 echo "flakes: unit tier: $unit runs of go test -race -shuffle=on -count=1 ./... beside $(nproc) busy loops"
-echo "flakes: system tier: $system_ran runs of go test -count=1 -tags system -p 1 -skip '^TestDemo\$' ./..."
+echo "flakes: system tier: $system_ran runs of go test -count=1 -tags system -p 1 -skip '^TestDemo\$' with tagged.sh's -run and packages, as make test-system"
 if [ ! -s "$work/failures" ]; then
 	echo "flakes: no test failed"
 	exit 0

@@ -9,7 +9,7 @@ with the data models the controller builds from Neutron (so the request
 bodies are built by _build_net_info and post_network_plug themselves).
 
 Input: --spec, a JSON file describing the amphora, the VIP subnet and
-ports (see network_interop_test.go). Output: one JSON object on stdout
+ports (see tiers/interop/network_test.go). Output: one JSON object on stdout
 with what each call returned or raised. Unexpected errors end the script
 with a traceback on stderr and a non-zero status.
 """
