@@ -10,8 +10,8 @@ import (
 
 // The layering of the module, checked on the import graph that `go list`
 // reports (as Tailscale checks its own). A package's imports include those
-// of its tests, with and without the test-tier build tags, so that test
-// code keeps to the layers too.
+// of its tests, without build tags and under each tier's tag (tagSets,
+// read from the build lines), so that test code keeps to the layers too.
 //
 // Patterns are relative to the module: "x" is that package, "x/..." is x
 // and the packages under it, "..." is every package of the module. In
@@ -172,9 +172,6 @@ var layerRules = []layerRule{
 }
 
 const modulePath = "github.com/amphora-agent/amphora-agent"
-
-// The tag sets the tiers build with; a file under any of them counts.
-var tagSets = []string{"", "system interop bench vm"}
 
 type layerRule struct {
 	why    string
@@ -438,11 +435,12 @@ func matchPkg(pattern, pkg string, g importGraph) bool {
 	return pkg == pattern
 }
 
-// loadGraph asks `go list` for the module's packages under every tag set.
+// loadGraph asks `go list` for the module's packages under every tag set
+// (tagSets: no tag, and each tag of the build lines alone).
 func loadGraph(t *testing.T) importGraph {
 	t.Helper()
 	g := importGraph{}
-	for _, tags := range tagSets {
+	for _, tags := range tagSets(t) {
 		cmd := exec.Command("go", "list", "-tags", tags,
 			"-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`,
 			modulePath+"/...")

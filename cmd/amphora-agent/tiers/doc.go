@@ -6,6 +6,7 @@
 // this folder says how to run each tier and what it proves).
 //
 // This package itself, built without tags, runs in the unit tier: the
-// layering test (deps_test.go) and a unit test of the packaged LVS
-// masquerade script.
+// layering test (deps_test.go), whose tag sets come from the tree's
+// //go:build lines (buildlines_test.go), and a unit test of the packaged
+// LVS masquerade script.
 package tiers
