@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -93,5 +94,24 @@ func TestWriteFileMakesTheFolder(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != "x = 1\n" {
 		t.Fatalf("content %q", got)
+	}
+}
+
+// The busy loops spin while the test runs and are gone, group and all,
+// once it has ended.
+func TestBusyLoopsEndWithTheTest(t *testing.T) {
+	var pids []int
+	t.Run("busy", func(t *testing.T) {
+		pids = BusyLoops(t, 2)
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); err != nil {
+				t.Fatalf("busy loop %d: %v", pid, err)
+			}
+		}
+	})
+	for _, pid := range pids {
+		if err := syscall.Kill(-pid, 0); err != syscall.ESRCH {
+			t.Errorf("busy loop group %d after the test: %v, want ESRCH", pid, err)
+		}
 	}
 }
