@@ -102,7 +102,7 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 		}
 	}
 	began := time.Now()
-	haproxytest.Start(t, haproxytest.Options{Config: cfg.String(), Dir: dir, StatsSocket: sock})
+	hp := haproxytest.Start(t, haproxytest.Options{Config: cfg.String(), Dir: dir, StatsSocket: sock})
 	up := time.Since(began)
 	// Each read has a deadline of its own, not the rest of one shared by
 	// all four; a failure says how long each step took.
@@ -136,7 +136,11 @@ func TestRealHAProxyLongAnswerPaced(t *testing.T) {
 			return err
 		})
 		if err != nil {
-			t.Fatalf("paced read %d: %v after %v (HAProxy up after %v, the test began %v ago)", i+1, err, took, up, time.Since(began))
+			// What HAProxy was doing: does it answer a blocking read now,
+			// and how many connections wait on its stats socket.
+			again, aerr := read(func(ctx context.Context) error { _, err := stats.Command(ctx, sock, "show info"); return err })
+			t.Fatalf("paced read %d: %v after %v (HAProxy up after %v, the test began %v ago); then show info: %v after %v, %d connections queued on the socket\n%s",
+				i+1, err, took, up, time.Since(began), aerr, again, queued(t, sock), hp.Output())
 		}
 		if buf.Len() < 500<<10 {
 			t.Fatalf("answer of %d bytes, want a long one", buf.Len())

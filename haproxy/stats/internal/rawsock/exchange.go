@@ -98,8 +98,8 @@ func exchangeOnce(ctx context.Context, path string, deadline time.Time, req []by
 	if err == errReplaced {
 		return err
 	}
-	if errors.Is(err, errTimeout) {
-		err = conn.timedOut(err)
+	if errors.Is(err, errTimeout) || errors.Is(err, errAborted) {
+		err = conn.cutShort(err)
 	}
 	if err == nil {
 		// A cancelled read ends as if the peer had closed.

@@ -162,8 +162,9 @@ func (s *sock) arrived(n int) {
 	s.lastAt = time.Now()
 }
 
-// timedOut adds to a time-out what had come of the answer by then.
-func (s *sock) timedOut(err error) error {
+// cutShort adds to a time-out or a cancellation what had come of the
+// answer by then.
+func (s *sock) cutShort(err error) error {
 	if s.got == 0 {
 		return fmt.Errorf("%w: no answer in %v", err, time.Since(s.opened).Round(time.Millisecond))
 	}
