@@ -184,9 +184,11 @@ func (p *Process) TryReload() (int, error) {
 	}
 	sent := time.Now()
 	var now stats.Proc
+	var asked error
 	err = p.wait(15*time.Second, "the reload", func() bool {
 		var err error
 		now, err = p.ShowProc()
+		asked = err
 		if err == nil && now.Reloads == before.Reloads && time.Since(sent) > 2*time.Second {
 			// The master answers between reloads only: it did not take
 			// the signal (the agent's supervisor signals it again too).
@@ -196,7 +198,22 @@ func (p *Process) TryReload() (int, error) {
 		}
 		return err == nil && now.Reloads > before.Reloads && len(now.Workers) > 0
 	})
+	if err != nil {
+		// What the master and its workers were doing: a master that never
+		// answered is another story than one that lost the signal.
+		err = fmt.Errorf("%w\nreloads before %d; last show proc: %+v, %v; master %d state %q; workers before %v",
+			err, before.Reloads, now, asked, p.Pid(), procState(p.Pid()), states(before.Workers))
+	}
 	return now.Reloads, err
+}
+
+// states is each pid with its state letter from /proc (0 once gone).
+func states(pids []int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		fmt.Fprintf(&b, "%d:%q ", pid, procState(pid))
+	}
+	return b.String()
 }
 
 // StallWorker stops the current worker (SIGSTOP) until the test ends, as
