@@ -16,7 +16,7 @@ const maxFileLines = 600
 // No non-test .go file in the repository, product or test helper, is
 // longer than maxFileLines.
 func TestNoGoFileOverMaxLines(t *testing.T) {
-	root := moduleRoot(t)
+	root := repoRoot(t)
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -47,25 +47,5 @@ func TestNoGoFileOverMaxLines(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// moduleRoot is the folder holding go.mod, found upwards from the test's
-// working directory.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's working directory")
-		}
-		dir = parent
 	}
 }
