@@ -191,6 +191,9 @@ type lbRunner interface {
 	Reload(ctx context.Context, lb string) (started bool, err error)
 	Delete(ctx context.Context, lb string) error
 	Restore(ctx context.Context) error
+	// State never waits for an operation under way (see
+	// haproxy.Supervisor.State).
+	State(lb string) (running, busy bool)
 	Close()
 }
 

@@ -57,6 +57,24 @@ func (a *Agent) reservedNames() map[string]string {
 	return names
 }
 
+// LoadBalancerState reports whether lb's HAProxy runs and whether the
+// agent is starting, reloading or restoring it: the supervisor's answer,
+// which the heartbeat asks every cycle and which never waits for an
+// operation under way.
+func (a *Agent) LoadBalancerState(lb string) (running, busy bool) { return a.lbs.State(lb) }
+
+// RunningLoadBalancers counts the stored load balancers and those whose
+// HAProxy runs, as the supervisor sees them.
+func (a *Agent) RunningLoadBalancers() (running, stored int, err error) {
+	lbs, err := a.haproxyLayout().LoadBalancers()
+	for _, lb := range lbs {
+		if r, _ := a.lbs.State(lb); r {
+			running++
+		}
+	}
+	return running, len(lbs), err
+}
+
 // UploadHAProxy validates and stores a load balancer's HAProxy config and
 // returns its ETag (the md5 of the body as received).
 func (a *Agent) UploadHAProxy(ctx context.Context, amphoraID, lb string, body []byte) (string, error) {

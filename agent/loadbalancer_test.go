@@ -28,26 +28,37 @@ func (f *fakeLBs) rec(s string) { f.mu.Lock(); f.calls = append(f.calls, s); f.m
 
 func (f *fakeLBs) Start(_ context.Context, lb string) error {
 	f.rec("start " + lb)
-	f.running[lb] = true
+	f.set(lb, true)
 	return nil
 }
 
 func (f *fakeLBs) Stop(_ context.Context, lb string) error {
 	f.rec("stop " + lb)
-	f.running[lb] = false
+	f.set(lb, false)
 	return nil
 }
 
 func (f *fakeLBs) Reload(_ context.Context, lb string) (bool, error) {
 	f.rec("reload " + lb)
-	started := !f.running[lb]
-	f.running[lb] = true
-	return started, nil
+	started, _ := f.State(lb)
+	f.set(lb, true)
+	return !started, nil
 }
 
 func (f *fakeLBs) Delete(_ context.Context, lb string) error { f.rec("delete " + lb); return nil }
 func (f *fakeLBs) Restore(context.Context) error             { f.rec("restore"); return nil }
 func (f *fakeLBs) Close()                                    {}
+func (f *fakeLBs) set(lb string, running bool) {
+	f.mu.Lock()
+	f.running[lb] = running
+	f.mu.Unlock()
+}
+
+func (f *fakeLBs) State(lb string) (bool, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running[lb], false
+}
 
 func TestActionsAnswerAndAdvertiseInSingleTopologyOnly(t *testing.T) {
 	for _, topology := range []string{"SINGLE", "ACTIVE_STANDBY"} {

@@ -79,6 +79,7 @@ func (in *instance) reload(ctx context.Context, h *procwatch.Held) (bool, error)
 		in.loads++
 		in.log().Warn("HAProxy is still loading the new configuration; answering now and following it",
 			zap.Duration("waited", time.Since(signalled).Round(time.Millisecond)))
+		in.busy.Add(1) // until the follow-up ends
 		go in.followSlowReload(proc, before, signalled, in.loads, offset)
 		return false, nil
 	}
@@ -205,6 +206,7 @@ func (in *instance) awaitWorker(ctx context.Context, proc *procwatch.Process, be
 // workers). Nothing is done once a later change (gen) or another master
 // took over.
 func (in *instance) followSlowReload(proc *procwatch.Process, before stats.Proc, signalled time.Time, gen uint64, offset int64) {
+	defer in.busy.Add(-1)
 	ctx, cancel := context.WithTimeout(context.Background(), slowReloadLimit)
 	defer cancel()
 	go func() {
@@ -219,7 +221,7 @@ func (in *instance) followSlowReload(proc *procwatch.Process, before stats.Proc,
 	if !proc.Alive() || in.closed() {
 		return
 	}
-	in.d.With(func(h *procwatch.Held) error {
+	in.operate(func(h *procwatch.Held) error {
 		if in.loads != gen || h.Proc() != proc {
 			return nil
 		}
@@ -298,7 +300,7 @@ func (in *instance) watchWorker(proc *procwatch.Process, worker int, gen uint64,
 			return
 		}
 	}
-	in.d.With(func(h *procwatch.Held) error {
+	in.operate(func(h *procwatch.Held) error {
 		if in.loads != gen || h.Proc() != proc || !proc.Alive() {
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -187,10 +188,25 @@ func (s *Supervisor) layout() Layout { return s.opts.Store.Layout }
 
 // Running reports whether lb's master is supervised and alive.
 func (s *Supervisor) Running(lb string) bool {
+	running, _ := s.State(lb)
+	return running
+}
+
+// State reports whether lb's master is supervised and alive, and whether
+// the agent is busy with it: starting, reloading or restoring it, putting
+// its last good config back, or following a start or a reload it answered
+// before it ended. Meanwhile its stats socket may refuse a read for a
+// moment, and the heartbeat reports the load balancer from its last
+// reading. A respawn after HAProxy died on its own is not busy: that
+// outage is real. State never waits for an operation under way.
+func (s *Supervisor) State(lb string) (running, busy bool) {
 	s.mu.Lock()
 	in, ok := s.lbs[lb]
 	s.mu.Unlock()
-	return ok && in.d.Running()
+	if !ok {
+		return false, false
+	}
+	return in.d.Running(), in.busyNow()
 }
 
 // History is lb's restart record; ok is false when lb is not supervised.
@@ -223,7 +239,7 @@ func (s *Supervisor) Start(ctx context.Context, lb string) error {
 	ctx, cancel := s.detach(ctx)
 	defer cancel()
 	in := s.instance(lb)
-	return in.d.With(func(h *procwatch.Held) error {
+	return in.operate(func(h *procwatch.Held) error {
 		if err := h.SetDesired(true); err != nil {
 			return fault.Internalf("%w", err)
 		}
@@ -281,7 +297,7 @@ func (s *Supervisor) Reload(ctx context.Context, lb string) (started bool, err e
 	ctx, cancel := s.detach(ctx)
 	defer cancel()
 	in := s.instance(lb)
-	err = in.d.With(func(h *procwatch.Held) error {
+	err = in.operate(func(h *procwatch.Held) error {
 		started, err = in.reload(ctx, h)
 		return err
 	})
@@ -330,7 +346,7 @@ func (s *Supervisor) Restore(ctx context.Context) error {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			in := s.instance(lb)
-			err := in.d.With(func(h *procwatch.Held) error {
+			err := in.operate(func(h *procwatch.Held) error {
 				octx, cancel := s.detach(ctx)
 				defer cancel()
 				return h.Restore(octx, func(ctx context.Context) error {
@@ -364,6 +380,33 @@ type instance struct {
 	// stored one before the reload): what confirm makes the last good one.
 	// Only this process needs it; after a restart nothing is unconfirmed.
 	running []byte
+
+	// busy counts the operations under way (State); slowStart is a master
+	// whose start an operation answered before it was ready. Both are
+	// read without d's lock.
+	busy      atomic.Int32
+	slowStart atomic.Pointer[procwatch.Process]
+}
+
+// operate runs op under d's lock, counted as busy (State) meanwhile and,
+// when op answered a start before its master was ready, until it is.
+func (in *instance) operate(op func(h *procwatch.Held) error) error {
+	in.busy.Add(1)
+	defer func() {
+		if p := in.d.Starting(); p != nil {
+			in.slowStart.Store(p)
+		}
+		in.busy.Add(-1)
+	}()
+	return in.d.With(op)
+}
+
+func (in *instance) busyNow() bool {
+	if in.busy.Load() > 0 {
+		return true
+	}
+	p := in.slowStart.Load()
+	return p != nil && in.d.Starting() == p
 }
 
 func (s *Supervisor) newInstance(lb string) *instance {

@@ -151,13 +151,13 @@ func (s *Sender) dropGoneCounters(msg Message, lvs Reading, lvsErr error) {
 	for _, l := range lvs.Listeners {
 		alive[l.ID] = true
 	}
-	s.cacheMu.Lock()
-	for _, lb := range s.cache {
-		for _, l := range lb.reading.Listeners {
+	s.mu.Lock()
+	for _, e := range s.lbs {
+		for _, l := range e.last.Listeners {
 			alive[l.ID] = true
 		}
 	}
-	s.cacheMu.Unlock()
+	s.mu.Unlock()
 	c.Drop(func(id string) bool { return alive[id] })
 }
 

@@ -33,9 +33,16 @@
 //     unresponsive: its load balancer is left out until it answers again,
 //     and is waited for only the half interval, so it holds back neither
 //     the datagram nor the other load balancers.
+//   - Whether a load balancer runs, and whether the agent is busy
+//     starting, reloading or restoring it, is the supervisor's answer
+//     (haproxy.Supervisor.State), asked every cycle without waiting for the
+//     operation: a stopped load balancer leaves the heartbeat at once, and
+//     no pid file is read, so a master rewriting its own during a reload
+//     is never taken for a stop.
 //   - A read that races a reload (the socket refused or closed without an
-//     answer) is retried briefly, or answered from the last good reading,
-//     once at most.
+//     answer) is retried briefly, then answered from the last good
+//     reading: for up to MaxBusyStandIn while the agent is busy with the
+//     load balancer (as for UDP and SCTP listeners), once otherwise.
 //   - A reloading master that cannot take the listening sockets over from
 //     its worker within 1 s (a worker still starting during back-to-back
 //     reloads, or short of CPU) binds a new stats socket over the path, and

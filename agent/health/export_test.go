@@ -69,16 +69,20 @@ func (b *Builder) NextSeq() uint64 { return b.seq }
 
 // isUnresponsive reports whether lb's last read took the slow-read limit.
 func (s *Sender) isUnresponsive(lb string) bool {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	return s.unresponsive[lb]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lbs[lb]
+	return e != nil && e.unresponsive
 }
 
 // readEnded waits up to timeout for lb's read under way, if any, to end.
 func (s *Sender) readEnded(lb string, timeout time.Duration) bool {
-	s.cacheMu.Lock()
-	rd := s.reading[lb]
-	s.cacheMu.Unlock()
+	s.mu.Lock()
+	var rd *inflight
+	if e := s.lbs[lb]; e != nil {
+		rd = e.reading
+	}
+	s.mu.Unlock()
 	if rd == nil {
 		return true
 	}

@@ -13,11 +13,6 @@ import (
 // lvsOpen is every reported LVS listener's status, as upstream.
 const lvsOpen = "OPEN"
 
-// MaxLVSStandIn bounds how long after its last live reading a listener
-// whose keepalived the agent is (re)starting is reported from that
-// reading: past it, the listener is reported as it is.
-const MaxLVSStandIn = 30 * time.Second
-
 // KernelLVS is the LVSSource of an amphora: the listeners whose keepalived
 // runs, matched against the kernel's IPVS table (read once per heartbeat,
 // and only while a listener has a virtual server), as
@@ -26,7 +21,7 @@ const MaxLVSStandIn = 30 * time.Second
 //
 // While Busy says the agent itself is starting, restarting or restoring a
 // listener's keepalived, a listener that was in the previous reading is
-// reported from its last live reading (at most MaxLVSStandIn after it):
+// reported from its last live reading (at most MaxBusyStandIn after it):
 // the health manager would otherwise mark it and its pool OFFLINE for
 // the few seconds a controller's reload takes. Use it by pointer.
 type KernelLVS struct {
@@ -65,14 +60,14 @@ func (k *KernelLVS) LVS(ctx context.Context) (Reading, error) {
 	var r Reading
 	next := make(map[string]lvsLast, len(states))
 	for _, s := range states {
-		if prev, ok := k.last[s.ID]; ok && busy[s.ID] && at.Sub(prev.at) <= MaxLVSStandIn {
+		if prev, ok := k.last[s.ID]; ok && busy[s.ID] && at.Sub(prev.at) <= MaxBusyStandIn {
 			next[s.ID] = prev // what a half-started keepalived shows is no reading
 			continue
 		}
 		next[s.ID] = liveLVS(s, at)
 	}
 	for id, prev := range k.last {
-		if _, ok := next[id]; !ok && busy[id] && at.Sub(prev.at) <= MaxLVSStandIn {
+		if _, ok := next[id]; !ok && busy[id] && at.Sub(prev.at) <= MaxBusyStandIn {
 			next[id] = prev
 		}
 	}

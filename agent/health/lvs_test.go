@@ -68,7 +68,7 @@ func TestKernelLVSInMessage(t *testing.T) {
 // made the health manager write them OFFLINE; the moment the operation
 // ends, live readings resume, so a keepalived that did not come back
 // drops out as before. A listener never read, one whose keepalived died
-// on its own, and a stand-in older than MaxLVSStandIn are reported live.
+// on its own, and a stand-in older than MaxBusyStandIn are reported live.
 func TestKernelLVSStandsInWhileRestarting(t *testing.T) {
 	const id, pool = "5b6c7d8e-0000-4000-8000-000000000001", "6c7d8e9f-0000-4000-8000-000000000002"
 	const other = "5b6c7d8e-0000-4000-8000-000000000009"
@@ -166,7 +166,7 @@ func TestKernelLVSStandsInWhileRestarting(t *testing.T) {
 		t.Fatalf("never read: %+v", m.Listeners)
 	}
 
-	// Bounded: an operation that outlasts MaxLVSStandIn stops standing in.
+	// Bounded: an operation that outlasts MaxBusyStandIn stops standing in.
 	running(id, true)
 	heartbeat()
 	busy[id] = true
@@ -177,7 +177,7 @@ func TestKernelLVSStandsInWhileRestarting(t *testing.T) {
 			break
 		}
 	}
-	if n != int(MaxLVSStandIn/(10*time.Second)) {
-		t.Fatalf("stood in for %d heartbeats 10 s apart, want %v", n, MaxLVSStandIn)
+	if n != int(MaxBusyStandIn/(10*time.Second)) {
+		t.Fatalf("stood in for %d heartbeats 10 s apart, want %v", n, MaxBusyStandIn)
 	}
 }

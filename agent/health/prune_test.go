@@ -29,10 +29,10 @@ func (s *lbsSource) LoadBalancers() ([]string, error) {
 	return slices.Sorted(maps.Keys(s.listeners)), nil
 }
 
-func (s *lbsSource) Running(lb string) bool {
+func (s *lbsSource) State(lb string) LBState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.stopped[lb]
+	return LBState{Running: !s.stopped[lb]}
 }
 
 func (s *lbsSource) ShowStat(_ context.Context, lb string, _ *StatScratch) ([]stats.Row, error) {

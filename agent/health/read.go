@@ -20,10 +20,6 @@ import (
 const (
 	DefaultReadRetryBudget = time.Second
 	firstRetryPause        = 20 * time.Millisecond
-	// stopConfirm is how long an LB that was running must look stopped
-	// before it counts as stopped: a reloading master unlinks or truncates
-	// its pid file and writes it again.
-	stopConfirm = 250 * time.Millisecond
 	// maxReadWait bounds how long a cycle waits for stats reads (see
 	// readDeadline); a healthy HAProxy answers in milliseconds.
 	maxReadWait = 2 * time.Second
@@ -35,13 +31,51 @@ const (
 	recheckLimit = 2 * time.Second
 )
 
+// MaxBusyStandIn bounds how long after its last live reading a listener
+// the agent is starting, reloading or restoring is reported from that
+// reading: past it, the listener is reported as it is.
+const MaxBusyStandIn = 30 * time.Second
+
+// lbRead is what the sender keeps of one load balancer from cycle to
+// cycle. Sender.mu guards it, except scratch, which only the LB's one
+// read under way uses (startRead).
+type lbRead struct {
+	last   Reading   // the last good reading, when has
+	has    bool      // a read succeeded since the LB last stopped
+	lastAt time.Time // when last was read
+	// spare: last may still stand in for one failed read; an LB the agent
+	// is busy with has MaxBusyStandIn instead, which uses the spare up.
+	spare bool
+	// unresponsive: the last read took longer than the slow-read limit;
+	// the LB has no stand-in until a read answers.
+	unresponsive bool
+	reading      *inflight // the read under way
+	scratch      readScratch
+}
+
+// forget drops what may stand in for a failed read.
+func (e *lbRead) forget() { e.last, e.has, e.spare, e.unresponsive = Reading{}, false, false, false }
+
 // Forget drops the cached reading of lb so that it can never stand in for
 // a failed read. Call it when an LB is stopped or deleted.
 func (s *Sender) Forget(lb string) {
-	s.cacheMu.Lock()
-	delete(s.cache, lb)
-	delete(s.unresponsive, lb)
-	s.cacheMu.Unlock()
+	s.mu.Lock()
+	if e := s.lbs[lb]; e != nil {
+		e.forget()
+	}
+	s.mu.Unlock()
+}
+
+// entry is lb's record, new if there was none.
+func (s *Sender) entry(lb string) *lbRead {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lbs[lb]
+	if e == nil {
+		e = &lbRead{}
+		s.lbs[lb] = e
+	}
+	return e
 }
 
 // inflight is one LB's stats read under way. A read belongs to no cycle:
@@ -80,12 +114,14 @@ func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) 
 	timer := time.AfterFunc(soft, func() { close(softOver) })
 	defer timer.Stop()
 
+	entries := make([]*lbRead, len(lbs))
 	reads := make([]*inflight, len(lbs))
 	for i, lb := range lbs {
-		reads[i] = s.startRead(ctx, lb, limit)
+		entries[i] = s.entry(lb)
+		reads[i] = s.startRead(ctx, entries[i], lb, limit)
 	}
 	for i, rd := range reads {
-		if s.waitsSoftly(lbs[i]) {
+		if s.waitsSoftly(entries[i]) {
 			select {
 			case <-rd.done:
 			case <-softOver:
@@ -101,17 +137,17 @@ func (s *Sender) readAll(ctx context.Context, lbs []string, cfg *config.Config) 
 
 	var readings []Reading
 	for i, rd := range reads {
-		lb := lbs[i]
+		lb, e := lbs[i], entries[i]
 		var r Reading
 		var ok bool
 		select {
 		case <-rd.done:
 			r, ok = rd.r, rd.ok
 			if !rd.decided {
-				r, ok = s.standIn(lb, fmt.Errorf("stats read took longer than %v", limit))
+				r, ok = s.standIn(e, lb, fmt.Errorf("stats read took longer than %v", limit), false)
 			}
 		default:
-			r, ok = s.lateStandIn(lb, soft)
+			r, ok = s.lateStandIn(e, lb, soft)
 		}
 		if ok {
 			readings = append(readings, r)
@@ -133,28 +169,28 @@ func slowReadLimit(every time.Duration) time.Duration {
 	return min(max(every, minSlowRead), maxSlowRead)
 }
 
-// waitsSoftly reports whether the cycle waits for lb's read only up to
-// the soft deadline: lb has a reading to stand in, or is known not to
+// waitsSoftly reports whether the cycle waits for e's read only up to
+// the soft deadline: e has a reading to stand in, or is known not to
 // answer.
-func (s *Sender) waitsSoftly(lb string) bool {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	return s.cache[lb] != nil || s.unresponsive[lb]
+func (s *Sender) waitsSoftly(e *lbRead) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return e.has || e.unresponsive
 }
 
 // startRead returns lb's read under way, or starts one bounded by limit
 // (and by ctx, the sender's life).
-func (s *Sender) startRead(ctx context.Context, lb string, limit time.Duration) *inflight {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	if rd := s.reading[lb]; rd != nil {
-		return rd
+func (s *Sender) startRead(ctx context.Context, e *lbRead, lb string, limit time.Duration) *inflight {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.reading != nil {
+		return e.reading
 	}
 	rd := &inflight{done: make(chan struct{})}
-	s.reading[lb] = rd
+	e.reading = rd
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, limit)
-		r, ok, decided := s.readRunning(rctx, lb)
+		r, ok, decided := s.readRunning(rctx, e, lb)
 		cancel()
 		if !decided && ctx.Err() == nil {
 			// The limit also passes when the agent itself got no CPU for
@@ -163,16 +199,16 @@ func (s *Sender) startRead(ctx context.Context, lb string, limit time.Duration) 
 			// new connection, answered in milliseconds by a HAProxy that
 			// runs, tells that apart from a HAProxy that is silent.
 			rctx, cancel = context.WithTimeout(ctx, recheckLimit)
-			r, ok, decided = s.readRunning(rctx, lb)
+			r, ok, decided = s.readRunning(rctx, e, lb)
 			cancel()
 		}
 		if !decided && ctx.Err() == nil {
-			s.markUnresponsive(lb, limit+recheckLimit)
+			s.markUnresponsive(e, lb, limit+recheckLimit)
 		}
 		rd.r, rd.ok, rd.decided = r, ok, decided
-		s.cacheMu.Lock()
-		delete(s.reading, lb)
-		s.cacheMu.Unlock()
+		s.mu.Lock()
+		e.reading = nil
+		s.mu.Unlock()
 		close(rd.done)
 	}()
 	return rd
@@ -180,13 +216,10 @@ func (s *Sender) startRead(ctx context.Context, lb string, limit time.Duration) 
 
 // markUnresponsive notes that lb's read took longer than limit. Its last
 // reading has stood in all that time: it stands in no more.
-func (s *Sender) markUnresponsive(lb string, limit time.Duration) {
-	s.cacheMu.Lock()
-	s.unresponsive[lb] = true
-	if c := s.cache[lb]; c != nil {
-		c.spare = false
-	}
-	s.cacheMu.Unlock()
+func (s *Sender) markUnresponsive(e *lbRead, lb string, limit time.Duration) {
+	s.mu.Lock()
+	e.unresponsive, e.spare = true, false
+	s.mu.Unlock()
 	if ok, n := s.limit.allow("unresponsive:"+lb, time.Now()); ok {
 		s.log.Warn("HAProxy did not answer a stats read in time; its load balancer is left out of heartbeats until it answers",
 			zap.String("lb", lb), zap.Duration("limit", limit), zap.Int("suppressed_since_last_log", n))
@@ -194,17 +227,20 @@ func (s *Sender) markUnresponsive(lb string, limit time.Duration) {
 }
 
 // lateStandIn is lb's last good reading while its read is still under
-// way, unless lb is unresponsive; it logs what it did.
-func (s *Sender) lateStandIn(lb string, soft time.Duration) (Reading, bool) {
-	s.cacheMu.Lock()
-	c, gone := s.cache[lb], s.unresponsive[lb]
-	s.cacheMu.Unlock()
-	if c != nil && !gone {
+// way, as standIn allows it but without using it up: unless lb is
+// unresponsive or its last read failed (and the agent is not busy with
+// it). It logs what it did.
+func (s *Sender) lateStandIn(e *lbRead, lb string, soft time.Duration) (Reading, bool) {
+	busy := s.haproxy.State(lb).Busy
+	s.mu.Lock()
+	r, ok := e.last, e.has && !e.unresponsive && (e.spare || busy && time.Since(e.lastAt) <= MaxBusyStandIn)
+	s.mu.Unlock()
+	if ok {
 		if ok, n := s.limit.allow("late:"+lb, time.Now()); ok {
 			s.log.Warn("HAProxy stats slow to come; the previous reading stands in while the read goes on",
 				zap.String("lb", lb), zap.Duration("waited", soft), zap.Int("suppressed_since_last_log", n))
 		}
-		return c.reading, true
+		return r, true
 	}
 	if ok, n := s.limit.allow("unavailable:"+lb, time.Now()); ok {
 		s.log.Warn("HAProxy stats unavailable; the load balancer is left out of this heartbeat", zap.String("lb", lb),
@@ -213,33 +249,37 @@ func (s *Sender) lateStandIn(lb string, soft time.Duration) (Reading, bool) {
 	return Reading{}, false
 }
 
-// readRunning reads one LB that is listed, unless it is stopped. decided
-// is false when ctx ended before the outcome was known; nothing was
-// changed then.
-func (s *Sender) readRunning(ctx context.Context, lb string) (r Reading, ok, decided bool) {
-	if !s.haproxy.Running(lb) {
-		if !s.seen(lb) {
+// errNotRunning is why an LB whose master the agent is (re)starting has
+// no fresh reading.
+var errNotRunning = errors.New("HAProxy is being started")
+
+// readRunning reads one LB that is listed, as the source's state says: a
+// stopped or deleted LB is left out at once (the supervisor owns that
+// answer; nothing is guessed from a pid file). decided is false when ctx
+// ended before the outcome was known; nothing was changed then.
+func (s *Sender) readRunning(ctx context.Context, e *lbRead, lb string) (r Reading, ok, decided bool) {
+	st := s.haproxy.State(lb)
+	if !st.Running {
+		if !st.Busy {
 			s.Forget(lb)
 			return Reading{}, false, true
 		}
-		if stopped, decided := s.stoppedNow(ctx, lb); stopped || !decided {
-			return Reading{}, false, decided
-		}
-		s.log.Debug("pid file unreadable for a moment (reload); the load balancer still runs", zap.String("lb", lb))
+		r, ok = s.standIn(e, lb, errNotRunning, true)
+		return r, ok, true
 	}
-	return s.readLB(ctx, lb)
+	return s.readLB(ctx, e, lb, st.Busy)
 }
 
 // readLB reads one LB's stats. A read that fails fast is retried briefly
 // (a reload replaces the process behind the socket). If it still fails,
-// the last good reading stands in once, provided the LB still runs; a
-// second failure in a row leaves the LB out. decided is false when the
-// read timed out or ctx ended first.
-func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
+// the last good reading stands in (standIn), provided the LB still runs
+// or the agent is starting it. decided is false when the read timed out
+// or ctx ended first.
+func (s *Sender) readLB(ctx context.Context, e *lbRead, lb string, busy bool) (Reading, bool, bool) {
 	start := time.Now()
 	pause := firstRetryPause
 	var err error
-	sc := s.scratchOf(lb)
+	sc := &e.scratch
 	for attempt := 1; ; attempt++ {
 		var rows []stats.Row
 		rows, err = s.haproxy.ShowStat(ctx, lb, &sc.stat)
@@ -248,12 +288,12 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 			sc.names.start()
 			if r, err = fromRows(rows, sc.names.keep, &sc.rows); err == nil {
 				sc.names.trim()
-				s.cacheMu.Lock()
+				s.mu.Lock()
 				var prev []PoolReading
-				if c := s.cache[lb]; c != nil {
-					prev = c.reading.Pools
+				if e.has {
+					prev = e.last.Pools
 				}
-				s.cacheMu.Unlock()
+				s.mu.Unlock()
 				r.Pools = settle(r.Pools, prev)
 				if len(r.Skipped) == 0 {
 					s.limit.reset("skipped:" + lb)
@@ -261,16 +301,15 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 					s.log.Warn("backends left out of the heartbeat: not named <pool>:<listener> or without a BACKEND row",
 						zap.String("lb", lb), zap.Strings("backends", r.Skipped), zap.Int("suppressed_since_last_log", n))
 				}
-				s.limit.reset("unavailable:" + lb)
-				s.limit.reset("late:" + lb)
-				s.limit.reset("unresponsive:" + lb)
+				for _, kind := range []string{"unavailable:", "late:", "unresponsive:", "busy:"} {
+					s.limit.reset(kind + lb)
+				}
 				if attempt > 1 {
 					s.log.Debug("stats read succeeded after retrying", zap.String("lb", lb), zap.Int("attempts", attempt))
 				}
-				s.cacheMu.Lock()
-				s.cache[lb] = &cached{reading: r, spare: true}
-				delete(s.unresponsive, lb)
-				s.cacheMu.Unlock()
+				s.mu.Lock()
+				e.last, e.has, e.lastAt, e.spare, e.unresponsive = r, true, time.Now(), true, false
+				s.mu.Unlock()
 				return r, true, true
 			}
 		}
@@ -287,38 +326,43 @@ func (s *Sender) readLB(ctx context.Context, lb string) (Reading, bool, bool) {
 		}
 		pause *= 2
 	}
-	if stopped, decided := s.stoppedNow(ctx, lb); stopped || !decided {
-		return Reading{}, false, decided
+	// Asked again: an operation that began during the read counts, and
+	// an LB stopped meanwhile is left out.
+	st := s.haproxy.State(lb)
+	if !st.Running && !st.Busy {
+		s.Forget(lb)
+		return Reading{}, false, true
 	}
-	r, ok := s.standIn(lb, err)
+	r, ok := s.standIn(e, lb, err, busy || st.Busy)
 	return r, ok, true
 }
 
-// stoppedNow is stopped, forgetting lb when it stopped; decided is false
-// when ctx ended before it could tell.
-func (s *Sender) stoppedNow(ctx context.Context, lb string) (stopped, decided bool) {
-	stopped = s.stopped(ctx, lb)
-	if ctx.Err() != nil {
-		return false, false
-	}
-	if stopped {
-		s.Forget(lb)
-	}
-	return stopped, true
-}
-
-// standIn returns lb's last good reading if it may still stand in (once
-// after a good read), and logs why lb's stats are missing.
-func (s *Sender) standIn(lb string, err error) (Reading, bool) {
-	s.cacheMu.Lock()
-	c := s.cache[lb]
+// standIn returns lb's last good reading if it may still stand in, and
+// logs why lb's stats are missing. While the agent is busy with lb (busy:
+// a start, reload or restore under way), the reading stands in for up to
+// MaxBusyStandIn after it was taken: the health manager would otherwise
+// mark the listeners ERROR for the moment an operation of the controller's
+// own takes. Otherwise it stands in once after a good read.
+func (s *Sender) standIn(e *lbRead, lb string, err error, busy bool) (Reading, bool) {
+	s.mu.Lock()
 	var r Reading
-	ok := c != nil && c.spare
-	if ok {
-		r, c.spare = c.reading, false
+	ok, whileBusy := false, false
+	switch {
+	case !e.has || e.unresponsive:
+	case busy && time.Since(e.lastAt) <= MaxBusyStandIn:
+		r, ok, whileBusy, e.spare = e.last, true, true, false
+	case e.spare:
+		r, ok, e.spare = e.last, true, false
 	}
-	s.cacheMu.Unlock()
-	if ok {
+	s.mu.Unlock()
+	switch {
+	case whileBusy:
+		if ok, n := s.limit.allow("busy:"+lb, time.Now()); ok {
+			s.log.Info("HAProxy stats unavailable while the agent starts or reloads it; the previous reading stands in",
+				zap.String("lb", lb), zap.Error(err), zap.Int("suppressed_since_last_log", n))
+		}
+		return r, true
+	case ok:
 		s.log.Warn("HAProxy stats unavailable; the previous reading stands in once", zap.String("lb", lb), zap.Error(err))
 		return r, true
 	}
@@ -329,50 +373,13 @@ func (s *Sender) standIn(lb string, err error) (Reading, bool) {
 	return Reading{}, false
 }
 
-// cached is what the sender remembers of an LB it saw running.
-type cached struct {
-	reading Reading // the last good reading
-	spare   bool    // reading may still stand in for one failed read
-}
-
-// seen reports whether lb was read successfully since it last stopped.
-func (s *Sender) seen(lb string) bool {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	return s.cache[lb] != nil
-}
-
-// stopped reports whether lb's HAProxy is down: Running must stay false
-// for stopConfirm, so that the pid file rewrite of a reload is not taken
-// for a stop.
-func (s *Sender) stopped(ctx context.Context, lb string) bool {
-	deadline := time.Now().Add(stopConfirm)
-	for {
-		if s.haproxy.Running(lb) {
-			return false
-		}
-		if time.Now().After(deadline) || !sleep(ctx, 5*time.Millisecond) {
-			return true
-		}
-	}
-}
-
+// pruneCache drops what the sender keeps of LBs no longer listed.
 func (s *Sender) pruneCache(lbs []string) {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	for lb := range s.cache {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for lb := range s.lbs {
 		if !slices.Contains(lbs, lb) {
-			delete(s.cache, lb)
-		}
-	}
-	for lb := range s.unresponsive {
-		if !slices.Contains(lbs, lb) {
-			delete(s.unresponsive, lb)
-		}
-	}
-	for lb := range s.scratch {
-		if !slices.Contains(lbs, lb) {
-			delete(s.scratch, lb)
+			delete(s.lbs, lb)
 		}
 	}
 }
@@ -380,22 +387,11 @@ func (s *Sender) pruneCache(lbs []string) {
 // readScratch is what one LB's reads reuse from cycle to cycle: the
 // answer buffer and its rows (growing new ones each cycle was most of the
 // heartbeat's allocation and GC work), the members' array and the names
-// that readings keep. Only the one reader of the LB uses it (startRead).
+// that readings keep.
 type readScratch struct {
 	stat  StatScratch
 	rows  rowScratch
 	names names
-}
-
-func (s *Sender) scratchOf(lb string) *readScratch {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	sc := s.scratch[lb]
-	if sc == nil {
-		sc = &readScratch{}
-		s.scratch[lb] = sc
-	}
-	return sc
 }
 
 // names copies the strings a reading keeps out of the answer buffer,

@@ -133,16 +133,17 @@ func TestSenderLoadBalancers(t *testing.T) {
 type scriptedSource struct {
 	mu      sync.Mutex
 	running bool
+	busy    bool
 	calls   int
 	fail    func(call int) bool
 	rows    []stats.Row
 }
 
 func (s *scriptedSource) LoadBalancers() ([]string, error) { return []string{"lb"}, nil }
-func (s *scriptedSource) Running(string) bool {
+func (s *scriptedSource) State(string) LBState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.running
+	return LBState{Running: s.running, Busy: s.busy}
 }
 func (s *scriptedSource) ShowStat(context.Context, string, *StatScratch) ([]stats.Row, error) {
 	s.mu.Lock()
@@ -249,7 +250,7 @@ type pacedSource struct {
 }
 
 func (p pacedSource) LoadBalancers() ([]string, error) { return p.lbs, nil }
-func (p pacedSource) Running(string) bool              { return true }
+func (p pacedSource) State(string) LBState             { return LBState{Running: true} }
 func (p pacedSource) ShowStat(ctx context.Context, lb string, _ *StatScratch) ([]stats.Row, error) {
 	var answered <-chan time.Time
 	if d := p.wait(lb); d >= 0 {

@@ -26,8 +26,13 @@ type Options struct {
 	// base_path is read from it once (it needs a restart upstream too).
 	Config *config.Config
 	Log    *zap.Logger
-	// HAProxy defaults to LayoutSource over base_path.
+	// HAProxy defaults to LayoutSource over base_path, in the states
+	// HAProxyState reports.
 	HAProxy HAProxySource
+	// HAProxyState is the default source's LayoutSource.StateOf: the
+	// supervisor's word on whether an LB's HAProxy runs and whether the
+	// agent is busy with it.
+	HAProxyState func(lb string) (running, busy bool)
 	// LVS defaults to KernelLVS over base_path/lvs and the IPVS table of
 	// the configured network namespace.
 	LVS LVSSource
@@ -81,13 +86,8 @@ type Sender struct {
 	// state is what status shows.
 	state stateRecord
 
-	cacheMu sync.Mutex
-	cache   map[string]*cached   // per LB seen running: its last good reading
-	reading map[string]*inflight // per LB: its stats read under way
-	// unresponsive holds the LBs whose last read took longer than the
-	// slow-read limit, until one answers.
-	unresponsive map[string]bool
-	scratch      map[string]*readScratch
+	mu  sync.Mutex
+	lbs map[string]*lbRead // per listed LB: what its reads keep
 }
 
 // New prepares a sender; Run starts it.
@@ -100,20 +100,17 @@ func New(o Options) *Sender {
 		retryBudget:  o.ReadRetryBudget,
 		readDeadline: o.ReadDeadline,
 		slowRead:     o.SlowReadLimit,
-		reading:      map[string]*inflight{},
-		unresponsive: map[string]bool{},
 		sent:         o.Sent,
 		changed:      make(chan struct{}, 1),
 		limit:        limiter{every: logEvery},
-		cache:        map[string]*cached{},
-		scratch:      map[string]*readScratch{},
+		lbs:          map[string]*lbRead{},
 		resolver:     net.DefaultResolver,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
 	if s.haproxy == nil {
-		s.haproxy = LayoutSource{Layout: haproxy.Layout{Base: s.base}}
+		s.haproxy = LayoutSource{Layout: haproxy.Layout{Base: s.base}, StateOf: o.HAProxyState}
 	}
 	if s.lvs == nil {
 		s.lvs = &KernelLVS{Layout: keepalived.LVSLayout{Base: s.base}, IPVS: ipvs.Kernel{Namespace: o.Config.Namespace}, Busy: o.LVSBusy}

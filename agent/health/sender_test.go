@@ -297,7 +297,7 @@ func TestKeepalivedGate(t *testing.T) {
 type bigSource struct{ rows []stats.Row }
 
 func (b bigSource) LoadBalancers() ([]string, error) { return []string{"lb"}, nil }
-func (b bigSource) Running(string) bool              { return true }
+func (b bigSource) State(string) LBState             { return LBState{Running: true} }
 func (b bigSource) ShowStat(context.Context, string, *StatScratch) ([]stats.Row, error) {
 	return b.rows, nil
 }

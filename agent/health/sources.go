@@ -23,9 +23,10 @@ import (
 type HAProxySource interface {
 	// LoadBalancers lists the LB ids with a stored configuration.
 	LoadBalancers() ([]string, error)
-	// Running reports whether lb's HAProxy is running now. A stopped or
-	// deleted LB is never reported, not even from an earlier reading.
-	Running(lb string) bool
+	// State reports whether lb's HAProxy runs now and whether the agent
+	// is busy with it. An LB neither running nor busy is stopped or
+	// deleted: it is never reported, not even from an earlier reading.
+	State(lb string) LBState
 	// ShowStat returns the rows of `show stat -1 -1 -1` from lb's stats
 	// socket. They may point into sc, which the caller reuses for lb's
 	// next read.
@@ -40,27 +41,39 @@ type StatScratch struct {
 	Rows   []stats.Row
 }
 
-// LayoutSource is HAProxySource as upstream does it: LBs are the folders of
-// base_path with a haproxy.cfg, running when <lb>/<lb>.pid names a live
-// process, queried on <base_path>/<lb>.sock.
+// LBState is what the owner of a load balancer's HAProxy (the agent's
+// supervisor) says of it.
+type LBState struct {
+	Running bool // its master is alive
+	// Busy: the agent is starting, reloading or restoring it, so its stats
+	// socket may refuse a read for a moment; its last reading stands in
+	// meanwhile (up to MaxBusyStandIn).
+	Busy bool
+}
+
+// LayoutSource is the HAProxySource of an amphora: LBs are the folders of
+// base_path with a haproxy.cfg, queried on <base_path>/<lb>.sock, in the
+// state the supervisor reports.
 type LayoutSource struct {
 	Layout haproxy.Layout
 	// Timeout bounds one socket query (stats.DefaultTimeout when zero).
 	Timeout time.Duration
-	// IsRunning, when set, replaces the pid file check, for a supervisor
-	// that knows better (for example haproxy.Supervisor.Running).
-	IsRunning func(lb string) bool
+	// StateOf is the supervisor's answer (haproxy.Supervisor.State through
+	// the agent). Without one, an LB runs when <lb>/<lb>.pid names a live
+	// process and is never busy: enough for a reader of a HAProxy nobody
+	// reloads, but a reloading master rewrites its pid file, and an LB
+	// read at that moment counts as stopped.
+	StateOf func(lb string) (running, busy bool)
 }
 
 func (s LayoutSource) LoadBalancers() ([]string, error) { return s.Layout.LoadBalancers() }
 
-// Running is upstream's check, <lb>/<lb>.pid names a live process, unless
-// IsRunning is set.
-func (s LayoutSource) Running(lb string) bool {
-	if s.IsRunning != nil {
-		return s.IsRunning(lb)
+func (s LayoutSource) State(lb string) LBState {
+	if s.StateOf != nil {
+		running, busy := s.StateOf(lb)
+		return LBState{Running: running, Busy: busy}
 	}
-	return s.Layout.Running(lb)
+	return LBState{Running: s.Layout.Running(lb)}
 }
 
 func (s LayoutSource) ShowStat(ctx context.Context, lb string, sc *StatScratch) ([]stats.Row, error) {

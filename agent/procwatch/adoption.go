@@ -104,7 +104,7 @@ func (h *Held) Adopt() bool {
 	if err != nil || !d.ours(pid) {
 		return false
 	}
-	d.proc = WatchAdopted(pid, d.done)
+	d.setProc(WatchAdopted(pid, d.done))
 	d.spec.Log.Info("adopted running "+d.spec.Name, zap.Int("pid", pid))
 	d.follow(d.proc)
 	if d.spec.Healthy != nil {

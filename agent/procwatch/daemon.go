@@ -198,8 +198,12 @@ type Daemon struct {
 	// kept is closed when the keeper of the output file has stopped.
 	kept chan struct{}
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// proc is the supervised process, written under mu through setProc;
+	// cur mirrors it for readers that must not wait for a start or reload
+	// holding mu (the heartbeat asks whether HAProxy runs every second).
 	proc     *Process
+	cur      atomic.Pointer[Process]
 	desired  bool
 	removed  bool
 	retrying bool
@@ -255,21 +259,22 @@ func (d *Daemon) held(fn func(h *Held) error) error {
 	return fn(h)
 }
 
-// Running reports whether the supervised process is alive.
-func (d *Daemon) Running() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.proc.Alive()
-}
+// Running reports whether the supervised process is alive. It never
+// waits for an operation under way.
+func (d *Daemon) Running() bool { return d.cur.Load().Alive() }
 
 // Pid is the supervised process's pid, 0 when none runs.
 func (d *Daemon) Pid() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.proc.Alive() {
-		return 0
+	if p := d.cur.Load(); p.Alive() {
+		return p.Pid
 	}
-	return d.proc.Pid
+	return 0
+}
+
+// setProc makes p the supervised process; the caller holds mu.
+func (d *Daemon) setProc(p *Process) {
+	d.proc = p
+	d.cur.Store(p)
 }
 
 // History returns the daemon's restart record.
@@ -365,7 +370,7 @@ func (h *Held) Stop() error {
 	d := h.d
 	s := &d.spec
 	proc := d.proc
-	d.proc = nil
+	d.setProc(nil)
 	d.starting.Store(nil)
 	if !proc.Alive() {
 		pid, err := pidfile.Read(s.PidPath)
@@ -390,7 +395,7 @@ func (h *Held) Kill() {
 	if d.proc.Alive() {
 		Kill(d.proc, killWait)
 	}
-	d.proc = nil
+	d.setProc(nil)
 	d.starting.Store(nil)
 }
 
@@ -443,7 +448,7 @@ func (d *Daemon) respawner() *Respawner {
 				d.histMu.Lock()
 				d.history.LastExit, d.history.LastExitAt = proc.Status, time.Now()
 				d.histMu.Unlock()
-				d.proc = nil
+				d.setProc(nil)
 			}
 			if s.OnDeath != nil {
 				s.OnDeath(proc)

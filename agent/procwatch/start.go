@@ -90,7 +90,7 @@ func (h *Held) Start(ctx context.Context) error {
 		roomErr = s.Room(filepath.Dir(s.PidPath))
 	}
 	if errors.Is(err, errNotReady) && roomErr == nil && proc.Alive() {
-		d.proc = proc
+		d.setProc(proc)
 		d.starting.Store(proc)
 		waited := time.Since(begun)
 		s.Log.Warn(s.Name+" is not ready yet; answering now and following its start",
@@ -115,7 +115,7 @@ func (h *Held) Start(ctx context.Context) error {
 		}
 		return withOutput(err, out)
 	}
-	d.proc = proc
+	d.setProc(proc)
 	s.Log.Info(s.Name+" started", zap.Int("pid", proc.Pid))
 	d.follow(proc)
 	return nil

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/amphora-agent/amphora-agent/agent/tick"
-	"github.com/amphora-agent/amphora-agent/haproxy"
 )
 
 // Notifier sends one message of systemd's notify protocol (sd_notify(3)):
@@ -217,20 +216,13 @@ func (l *Liveness) Check() error {
 	return nil
 }
 
-// ReadyStatus is the STATUS sent with READY=1: how many stored load
-// balancers run and what failed to come back. Errors do not hold READY
-// back: the controller must reach the API to repair or fail over.
-func ReadyStatus(base string, restoreErr error) string {
-	layout := haproxy.Layout{Base: base}
-	lbs, err := layout.LoadBalancers()
-	running := 0
-	for _, lb := range lbs {
-		if layout.Running(lb) {
-			running++
-		}
-	}
-	msg := fmt.Sprintf("ready: %d of %d load balancers running", running, len(lbs))
-	if err = errors.Join(restoreErr, err); err != nil {
+// ReadyStatus is the STATUS sent with READY=1: how many of the stored
+// load balancers run, and what failed to come back (restoreErr) or could
+// not be counted (countErr). Errors do not hold READY back: the controller
+// must reach the API to repair or fail over.
+func ReadyStatus(running, stored int, restoreErr, countErr error) string {
+	msg := fmt.Sprintf("ready: %d of %d load balancers running", running, stored)
+	if err := errors.Join(restoreErr, countErr); err != nil {
 		msg += "; restore failed: " + err.Error()
 	}
 	return msg

@@ -158,20 +158,16 @@ func TestLivenessCheck(t *testing.T) {
 }
 
 func TestReadyStatus(t *testing.T) {
-	base := t.TempDir()
-	// A stored load balancer without a live HAProxy pid file.
-	if err := os.MkdirAll(filepath.Join(base, "lb1"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(base, "lb1", "haproxy.cfg"), []byte("global\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := ReadyStatus(t.TempDir(), nil), "ready: 0 of 0 load balancers running"; got != want {
+	if got, want := ReadyStatus(0, 0, nil, nil), "ready: 0 of 0 load balancers running"; got != want {
 		t.Errorf("empty: %q, want %q", got, want)
 	}
-	got := ReadyStatus(base, errors.New("lb1: haproxy exited"))
-	if want := "ready: 0 of 1 load balancers running; restore failed: lb1: haproxy exited"; got != want {
+	got := ReadyStatus(1, 2, errors.New("lb1: haproxy exited"), nil)
+	if want := "ready: 1 of 2 load balancers running; restore failed: lb1: haproxy exited"; got != want {
 		t.Errorf("failed restore: %q, want %q", got, want)
+	}
+	got = ReadyStatus(0, 0, nil, errors.New("reading /var/lib/octavia: permission denied"))
+	if want := "ready: 0 of 0 load balancers running; restore failed: reading /var/lib/octavia: permission denied"; got != want {
+		t.Errorf("uncountable: %q, want %q", got, want)
 	}
 }
 

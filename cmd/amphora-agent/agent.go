@@ -187,7 +187,7 @@ func journalSink(log *zap.Logger) journalfwd.Sink {
 // newHeartbeat builds the heartbeat sender, which follows the agent's
 // configuration and forgets load balancers that are gone.
 func newHeartbeat(a *agent.Agent, log *zap.Logger) *health.Sender {
-	hb := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat"), LVSBusy: a.LVSBusy})
+	hb := health.New(health.Options{Config: a.Config(), Log: log.Named("heartbeat"), HAProxyState: a.LoadBalancerState, LVSBusy: a.LVSBusy})
 	a.OnConfig(hb.SetConfig)
 	a.OnLoadBalancerGone(hb.Forget)
 	return hb
@@ -313,7 +313,8 @@ func (p *process) awaitReady(restored <-chan error, serving <-chan struct{}) {
 		return
 	}
 	p.a.SetReady()
-	p.sd.Ready(sdnotify.ReadyStatus(p.a.Config().BasePath, restoreErr))
+	running, stored, countErr := p.a.RunningLoadBalancers()
+	p.sd.Ready(sdnotify.ReadyStatus(running, stored, restoreErr, countErr))
 }
 
 // waitForSignals reloads the configuration on SIGHUP and shuts the API

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +72,8 @@ type Process struct {
 	cmd        *exec.Cmd
 	done       chan struct{}
 	out        *testkit.SyncBuffer
-	Master     string // master CLI socket (-S)
+	reloading  atomic.Int32 // reloads under way (State)
+	Master     string       // master CLI socket (-S)
 	PidFile    string
 	ConfigPath string
 }
@@ -175,6 +177,8 @@ func (p *Process) Reload() int {
 // TryReload is Reload for goroutines other than the test's: it returns
 // the error instead of failing the test.
 func (p *Process) TryReload() (int, error) {
+	p.reloading.Add(1)
+	defer p.reloading.Add(-1)
 	before, err := p.ShowProc()
 	if err != nil {
 		return 0, fmt.Errorf("show proc before reload: %w", err)
@@ -263,6 +267,17 @@ func (p *Process) Stop() {
 
 // Exited is closed when the master has exited.
 func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// State answers as the agent's supervisor does (haproxy.Supervisor.State):
+// the master is alive, and a reload is under way.
+func (p *Process) State() (running, busy bool) {
+	select {
+	case <-p.done:
+		return false, false
+	default:
+		return true, p.reloading.Load() > 0
+	}
+}
 
 // Preamble is how a test config starts: maxconn and a user-level stats
 // socket at sock, then HTTP defaults with timeouts short enough for a test.
