@@ -205,10 +205,34 @@ func (p *Process) TryReload() (int, error) {
 	if err != nil {
 		// What the master and its workers were doing: a master that never
 		// answered is another story than one that lost the signal.
-		err = fmt.Errorf("%w\nreloads before %d; last show proc: %+v, %v; master %d state %q; workers before %v",
-			err, before.Reloads, now, asked, p.Pid(), procState(p.Pid()), states(before.Workers))
+		// A master CLI that no longer answers: whether it listens, how
+		// many connections wait in its queue, and whether it comes back.
+		later, laterErr := p.ShowProc()
+		err = fmt.Errorf("%w\nreloads before %d; last show proc: %+v, %v; master %d state %q; workers before %v\nmaster socket: %s\nshow proc once more: %+v, %v",
+			err, before.Reloads, now, asked, p.Pid(), procState(p.Pid()), states(before.Workers),
+			socketState(p.Master), later, laterErr)
 	}
 	return now.Reloads, err
+}
+
+// socketState is what ss says of the unix sockets bound to path: a
+// listener's Recv-Q is the connections waiting to be accepted.
+func socketState(path string) string {
+	out, err := exec.Command("ss", "-xapn").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("ss: %v", err)
+	}
+	var b strings.Builder
+	for line := range strings.Lines(string(out)) {
+		if strings.Contains(line, path) {
+			b.WriteString(strings.Join(strings.Fields(line), " "))
+			b.WriteString("; ")
+		}
+	}
+	if b.Len() == 0 {
+		return "no socket bound to " + path
+	}
+	return b.String()
 }
 
 // states is each pid with its state letter from /proc (0 once gone).

@@ -196,6 +196,9 @@ func (h *vmHypervisor) Detach(s *Server, p *Port) error {
 
 // Delete powers the VM off and removes its taps (the VM's folder goes
 // with the test).
+// journalKeepLimit bounds the journal's copy before a VM is deleted.
+const journalKeepLimit = 20 * time.Second
+
 func (h *vmHypervisor) Delete(s *Server) error {
 	h.mu.Lock()
 	v, taps := h.vms[s.ID], h.taps[s.ID]
@@ -203,6 +206,14 @@ func (h *vmHypervisor) Delete(s *Server) error {
 	delete(h.taps, s.ID)
 	h.mu.Unlock()
 	if v != nil {
+		// Octavia deletes an amphora during a failover while the test
+		// still checks traffic: its journal is kept for a failure found
+		// later, within a bound that holds the flow back little.
+		ctx, cancel := context.WithTimeout(context.Background(), journalKeepLimit)
+		if err := v.KeepJournal(ctx); err != nil {
+			h.c.t.Logf("cloud: amphora %s: journal not kept before its deletion: %v", s.Name, err)
+		}
+		cancel()
 		v.PowerOff()
 	}
 	for _, tap := range taps {

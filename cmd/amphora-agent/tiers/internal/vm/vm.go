@@ -8,6 +8,7 @@
 package vm
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,6 +108,9 @@ func Start(t testing.TB, img Image, o Options) *VM {
 		v.PowerOff()
 		if t.Failed() {
 			t.Logf("VM %s console (last lines):\n%s", v.Name, tail(v.Console(), 40))
+			if j := v.KeptJournal(); j != "" {
+				t.Logf("VM %s journal, kept before it was deleted (last lines):\n%s", v.Name, tail(j, 80))
+			}
 			// AMPHORA_VM_KEEP_FAILED=1 keeps a failed VM's folder (its
 			// whole console, QEMU's log, the disks) for a post-mortem.
 			if os.Getenv("AMPHORA_VM_KEEP_FAILED") != "" {
@@ -313,6 +317,28 @@ func (v *VM) qemuLog() string {
 // Console is what the VM printed on its serial console.
 func (v *VM) Console() string {
 	data, _ := os.ReadFile(v.path("console.log"))
+	return string(data)
+}
+
+// KeepJournal saves the guest's journal of this boot (its last lines)
+// in the VM's folder, for a VM about to be deleted while its test goes
+// on: a failure found later can then still be read against what the
+// amphora logged. A VM that does not run or does not answer within ctx
+// keeps nothing.
+func (v *VM) KeepJournal(ctx context.Context) error {
+	if !v.Running() {
+		return errors.New("the VM does not run")
+	}
+	_, out, err := v.Exec(ctx, "journalctl -b --no-pager -o short-precise -n 2000")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(v.path("journal.log"), []byte(out), 0o644)
+}
+
+// KeptJournal is what KeepJournal saved, "" if nothing.
+func (v *VM) KeptJournal() string {
+	data, _ := os.ReadFile(v.path("journal.log"))
 	return string(data)
 }
 
