@@ -179,7 +179,17 @@ func (p *Process) Reload() int {
 func (p *Process) TryReload() (int, error) {
 	p.reloading.Add(1)
 	defer p.reloading.Add(-1)
-	before, err := p.ShowProc()
+	// Each question to the master waits as long as the reload may take:
+	// a master starved of CPU (the unit tier beside busy loops) can take
+	// seconds to answer, and a question given up early only leaves it
+	// answering a client that is gone while the next one waits.
+	deadline := time.Now().Add(reloadLimit)
+	ask := func() (stats.Proc, error) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		return stats.ShowProc(ctx, p.Master)
+	}
+	before, err := ask()
 	if err != nil {
 		return 0, fmt.Errorf("show proc before reload: %w", err)
 	}
@@ -189,9 +199,9 @@ func (p *Process) TryReload() (int, error) {
 	sent := time.Now()
 	var now stats.Proc
 	var asked error
-	err = p.wait(15*time.Second, "the reload", func() bool {
+	err = p.wait(time.Until(deadline), "the reload", func() bool {
 		var err error
-		now, err = p.ShowProc()
+		now, err = ask()
 		asked = err
 		if err == nil && now.Reloads == before.Reloads && time.Since(sent) > 2*time.Second {
 			// The master answers between reloads only: it did not take
@@ -207,7 +217,7 @@ func (p *Process) TryReload() (int, error) {
 		// answered is another story than one that lost the signal.
 		// A master CLI that no longer answers: whether it listens, how
 		// many connections wait in its queue, and whether it comes back.
-		later, laterErr := p.ShowProc()
+		later, laterErr := p.ShowProc() // a fresh 2 s
 		err = fmt.Errorf("%w\nreloads before %d; last show proc: %+v, %v; master %d state %q; workers before %v\nmaster socket: %s\nshow proc once more: %+v, %v",
 			err, before.Reloads, now, asked, p.Pid(), procState(p.Pid()), states(before.Workers),
 			socketState(p.Master), later, laterErr)
@@ -234,6 +244,10 @@ func socketState(path string) string {
 	}
 	return b.String()
 }
+
+// reloadLimit bounds one TryReload: as long as systemd gives a reload of
+// upstream's unit, far beyond what an idle machine needs (milliseconds).
+const reloadLimit = 90 * time.Second
 
 // states is each pid with its state letter from /proc (0 once gone).
 func states(pids []int) string {
