@@ -202,4 +202,46 @@
 // the hard limit HAProxy inherits allows, the upload is refused with the
 // numbers and the setting to change (compatibility item 5 in
 // docs/compatibility.md).
+//
+// # HAProxy and keepalived releases
+//
+// The agent is tested on Debian bookworm's HAProxy 2.6.12 and keepalived
+// 2.2.7 and on Debian trixie's HAProxy 3.0.11 and keepalived 2.3.3; the
+// captured output of each is kept as testdata (haproxy/testdata/output,
+// haproxy/stats/testdata, keepalived/testdata/check, agent/sysinfo/testdata/
+// versions) and read by the same tests, so none of the agent's parsers
+// depends on one release. What differs, as far as the agent is concerned:
+//
+//   - haproxy -c on a valid config: 2.6 prints "Configuration file is
+//     valid", 3.0 prints nothing (only with -V). The agent goes by the exit
+//     status alone (0 valid, also with warnings; 1 invalid or missing),
+//     which is the same, as are the [NOTICE]/[WARNING]/[ALERT] lines of a
+//     refusal and the "Cannot raise FD limit" alert explainOutput words.
+//   - show proc on the master CLI: the same table. In both the "[failed:
+//     N]" count goes back to 0 after a load that succeeds, so only a count
+//     above the one before the signal means the reload failed, which is
+//     how the reload compares them.
+//   - show stat: 3.0 has 205 columns where 2.6 has 128; the added ones
+//     (per-protocol session and request counters, HTTP/3 and QUIC
+//     counters) all follow those the heartbeat reads, which keep their
+//     places, and columns are found by name anyway.
+//   - show info: 3.0 adds seven keys (TotalWarnings, BootTime_ms,
+//     CurrStreams, ...) and spells TotalSplicedBytesOut right (2.6:
+//     TotalSplicdedBytesOut); the agent reads neither.
+//   - A master's log through a start, a reload and a failed reload: the
+//     same lines ("Loading success.", "Loading failure!"), except that 2.6
+//     also reports its internal <HTTPCLIENT> proxy stopping.
+//   - haproxy -v and keepalived -v: the same banner shapes.
+//   - keepalived -t: the same exit statuses (0, 5 for faults, 6 for script
+//     security, which every Octavia VRRP config draws) and the same words
+//     for unpaired braces and for an included file's lines; 2.3 names the
+//     config file on more lines (a virtual server without real servers)
+//     and words a VRRP instance on an interface it cannot use (lo)
+//     otherwise.
+//
+// Not checked: TLS listeners (crt-list, client certificates), a peers
+// section between two amphorae, Lua, load-server-state-from-file, SCTP,
+// keepalived -t run as another user than root, a real VRRP failover or
+// IPVS under keepalived 2.3, HAProxy releases after 3.0 (3.1 reworks the
+// master process), and RHEL-family or Ubuntu packages.
 package haproxy

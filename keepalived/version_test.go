@@ -26,6 +26,7 @@ func TestVersionDecidesHowListenersReload(t *testing.T) {
 		{"version_2.0.20.txt", version{2, 0, 20}, false},
 		{"version_2.2.7_bookworm.txt", version{2, 2, 7}, true},
 		{"version_2.3.1.txt", version{2, 3, 1}, true},
+		{"version_2.3.3_trixie.txt", version{2, 3, 3}, true},
 	} {
 		out, err := os.ReadFile(filepath.Join("testdata", tc.file))
 		if err != nil {

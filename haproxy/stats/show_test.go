@@ -289,3 +289,57 @@ func TestParseStatSharesAnUnchangedHeader(t *testing.T) {
 		t.Fatalf("first header changed: %q %v", first.line, first.cols)
 	}
 }
+
+// `show stat -1 -1 -1` from HAProxy 2.6 (Debian bookworm) and 3.0 (Debian
+// trixie) on the same Octavia-shaped config: 3.0 adds 77 columns (per
+// protocol session and request counters, HTTP/3 and QUIC counters), all
+// after the ones the heartbeat reads, which keep their places; each line
+// still ends in a comma. The rows read the same through either header.
+func TestParseStatVersions(t *testing.T) {
+	const want = `7e8f9a0b-1c2d-4e3f-8a4b-5c6d7e8f9a0b|FRONTEND|OPEN||0|0|0|0|0
+9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d:7e8f9a0b-1c2d-4e3f-8a4b-5c6d7e8f9a0b|3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f|DOWN|1|0|0|0|0|
+9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d:7e8f9a0b-1c2d-4e3f-8a4b-5c6d7e8f9a0b|4d5e6f7a-8b9c-4d0e-9f1a-2b3c4d5e6f7a|no check|0|0|0|0|0|
+9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d:7e8f9a0b-1c2d-4e3f-8a4b-5c6d7e8f9a0b|BACKEND|DOWN|0|0|0|0|0|
+`
+	var cols []int
+	for _, tc := range []struct {
+		file    string
+		columns int // named in the header
+	}{
+		{"show-stat-2.6.12.csv", 128},
+		{"show-stat-3.0.11.csv", 205},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			rows, err := ParseStat(readFile(t, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := summary(rows); got != want {
+				t.Fatalf("rows:\n%s\nwant:\n%s", got, want)
+			}
+			if n := len(rows[0].h.cols); n != tc.columns {
+				t.Errorf("%d columns, want %d", n, tc.columns)
+			}
+			var at []int
+			for _, name := range []string{ColPxName, ColSvName, ColScur, ColStot, ColBin, ColBout, ColEreq, ColStatus, ColWeight} {
+				at = append(at, rows[0].Column(name))
+			}
+			if cols == nil {
+				cols = at
+			} else if !slices.Equal(at, cols) {
+				t.Errorf("the heartbeat's columns at %v, in 2.6 at %v", at, cols)
+			}
+			for _, r := range rows {
+				// The trailing comma gives every line one more field.
+				if n := len(r.Fields(nil, 1000)); n != tc.columns+1 {
+					t.Errorf("%s/%s: %d fields, want %d", r.PxName(), r.SvName(), n, tc.columns+1)
+				}
+				for _, col := range []string{ColScur, ColStot, ColBin, ColBout} {
+					if _, err := r.Uint(col); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+}

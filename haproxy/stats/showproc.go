@@ -15,8 +15,9 @@ type Proc struct {
 	MasterPID int
 	// Reloads counts the master's re-executions, failed ones included.
 	Reloads int
-	// FailedReloads counts reloads whose new config the master could not
-	// load (it then keeps the old workers).
+	// FailedReloads counts the reloads whose new config the master could
+	// not load (it then keeps the old workers) since the last one it
+	// loaded: a successful load puts it back to 0 (HAProxy 2.6 and 3.0).
 	FailedReloads int
 	// Workers are the current generation's worker pids (not old workers
 	// still draining connections).
@@ -25,7 +26,7 @@ type Proc struct {
 
 var failedCount = regexp.MustCompile(`\[failed:\s*(\d+)\]`)
 
-// ParseShowProc reads HAProxy 2.x `show proc` output:
+// ParseShowProc reads `show proc` output, the same in HAProxy 2.x and 3.0:
 //
 //	#<PID>  <type>  <reloads>  <uptime>  <version>
 //	458     master  2 [failed: 1]  0d00h10m19s  2.6.12

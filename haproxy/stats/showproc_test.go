@@ -52,3 +52,35 @@ func FuzzShowProc(f *testing.F) {
 		}
 	})
 }
+
+// The master CLI's `show proc` as HAProxy 2.6 (Debian bookworm) and 3.0
+// (Debian trixie) print it: after the start, after a reload, after a
+// reload whose config failed to load and after the next good reload. The
+// two print the same table. The failed count is not a running total: a
+// load that succeeds puts it back to 0, so a failure shows only as a
+// count above the one before the signal.
+func TestParseShowProcVersions(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want Proc
+	}{
+		{"show-proc-2.6.12-start.txt", Proc{MasterPID: 655289, Workers: []int{655292}}},
+		{"show-proc-2.6.12-reload.txt", Proc{MasterPID: 655289, Reloads: 1, Workers: []int{655339}}},
+		{"show-proc-2.6.12-failed.txt", Proc{MasterPID: 655289, Reloads: 2, FailedReloads: 1, Workers: []int{655339}}},
+		{"show-proc-2.6.12-recovered.txt", Proc{MasterPID: 655289, Reloads: 3, Workers: []int{655475}}},
+		{"show-proc-3.0.11-start.txt", Proc{MasterPID: 654675, Workers: []int{654678}}},
+		{"show-proc-3.0.11-reload.txt", Proc{MasterPID: 654675, Reloads: 1, Workers: []int{654724}}},
+		{"show-proc-3.0.11-failed.txt", Proc{MasterPID: 654675, Reloads: 2, FailedReloads: 1, Workers: []int{654724}}},
+		{"show-proc-3.0.11-recovered.txt", Proc{MasterPID: 654675, Reloads: 3, Workers: []int{655162}}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			got, err := ParseShowProc(readFile(t, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

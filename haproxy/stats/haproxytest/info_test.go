@@ -61,3 +61,29 @@ func FuzzParseInfo(f *testing.F) {
 		}
 	})
 }
+
+// `show info` from HAProxy 2.6 (Debian bookworm) and 3.0 (Debian trixie):
+// the same "Key: value" lines; 3.0 adds seven keys (TotalWarnings,
+// BootTime_ms, CurrStreams, ...) and spells TotalSplicedBytesOut right,
+// where 2.6 wrote TotalSplicdedBytesOut. The agent reads neither.
+func TestParseInfoVersions(t *testing.T) {
+	for _, tc := range []struct {
+		file, version string
+		keys          int
+		spliced       string
+	}{
+		{"../testdata/show-info-2.6.12.txt", "2.6.12-1+deb12u3", 69, "TotalSplicdedBytesOut"},
+		{"../testdata/show-info-3.0.11.txt", "3.0.11-1+deb13u4", 76, "TotalSplicedBytesOut"},
+	} {
+		info := ParseInfo(testkit.ReadFiles(t, tc.file)[0].Data)
+		if up, err := info.UptimeSec(); err != nil || up < 0 {
+			t.Errorf("%s: UptimeSec = %d, %v", tc.file, up, err)
+		}
+		if info["Name"] != "HAProxy" || info["Version"] != tc.version || len(info) != tc.keys {
+			t.Errorf("%s: Name %q, Version %q, %d keys; want HAProxy, %q, %d", tc.file, info["Name"], info["Version"], len(info), tc.version, tc.keys)
+		}
+		if _, ok := info[tc.spliced]; !ok {
+			t.Errorf("%s: no %s", tc.file, tc.spliced)
+		}
+	}
+}
