@@ -26,9 +26,10 @@ import (
 
 // statsServer answers every command on a UNIX socket like HAProxy's stats
 // socket, with what answer returns; hang keeps connections open unanswered.
-func statsServer(t *testing.T, path string, answer func() string, hang bool) {
+// The fake socket it returns lists the commands it received.
+func statsServer(t *testing.T, path string, answer func() string, hang bool) *haproxytest.FakeSocket {
 	t.Helper()
-	haproxytest.ServeFake(t, path, func(string) (string, bool) {
+	return haproxytest.ServeFake(t, path, func(string) (string, bool) {
 		if hang {
 			return "", true
 		}
@@ -86,7 +87,7 @@ func TestSenderLoadBalancers(t *testing.T) {
 	statsServer(t, filepath.Join(base, "lb-dead.sock"), func() string { return frontendCSV("dead-listener") }, false)
 	makeLB(t, base, "lb-refused", self) // running, socket missing
 	makeLB(t, base, "lb-hung", self)    // running, socket never answers
-	statsServer(t, filepath.Join(base, "lb-hung.sock"), nil, true)
+	hung := statsServer(t, filepath.Join(base, "lb-hung.sock"), nil, true)
 	if err := os.MkdirAll(filepath.Join(base, "not-an-lb"), 0o755); err != nil { // no haproxy.cfg
 		t.Fatal(err)
 	}
@@ -122,9 +123,11 @@ func TestSenderLoadBalancers(t *testing.T) {
 			t.Errorf("no warning for %s", lb)
 		}
 	}
-	// The hung socket costs one read timeout, not a retry loop.
-	if took > 10*time.Second {
-		t.Errorf("the cycle took %v with a hung socket (read timeout 300ms)", took)
+	// The hung socket costs one read and the one question more after its
+	// time-out, not a retry loop: counted, not timed, so that a loaded
+	// machine cannot fail it.
+	if n := len(hung.Commands()); n > 2 {
+		t.Errorf("the hung socket was asked %d times in one cycle, want at most 2", n)
 	}
 	t.Logf("cycle with a refused and a hung socket took %v", took.Round(time.Millisecond))
 }

@@ -132,7 +132,8 @@ func TestSenderErrorsNeverFatal(t *testing.T) {
 	// (send fails: port 0), then hm, then the name again → port 0 ...
 	var seqs []uint64
 	for len(seqs) < 5 {
-		seqs = append(seqs, hm.next(5*time.Second, testKey).Seq)
+		// Every 10 ms on an idle machine; the bound only ends a hang.
+		seqs = append(seqs, hm.next(30*time.Second, testKey).Seq)
 	}
 	cancel()
 	if err := <-done; err != nil {

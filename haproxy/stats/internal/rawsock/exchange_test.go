@@ -65,7 +65,10 @@ func TestExchangeReadsPiecesUntilClose(t *testing.T) {
 		start := time.Now()
 		_, err = exchange(ctx, f.Path, "trickle", paced)
 		cancel()
-		if took := time.Since(start); !timedOut(err) || took > 2*time.Second {
+		// The answer never ends: any bound tells a read that keeps its
+		// deadline from one that does not, and a generous one holds on
+		// a machine that stalls the test for seconds.
+		if took := time.Since(start); !timedOut(err) || took > 30*time.Second {
 			t.Fatalf("paced %v: trickling answer: %v after %v, want a time-out at 300 ms", paced, err, took)
 		}
 	}
