@@ -173,7 +173,7 @@ func (in *instance) awaitWorker(ctx context.Context, proc *procwatch.Process, be
 		if !proc.Alive() {
 			return 0, fmt.Errorf("HAProxy master %s during reload", proc.Status)
 		}
-		if now, err := stats.ShowProc(ctx, sock); err == nil && now.MasterPID == proc.Pid {
+		if now, err := stats.ShowProcAgain(ctx, sock); err == nil && now.MasterPID == proc.Pid {
 			// The count grows with each failed load and drops to 0 at a
 			// good one (which lists a new worker), so only a count above
 			// the one before the signal says this load failed.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Proc is a master's `show proc` answer.
@@ -85,4 +86,30 @@ func ShowProc(ctx context.Context, masterSocket string) (Proc, error) {
 		return Proc{}, err
 	}
 	return ParseShowProc(out)
+}
+
+// Bounds of one attempt of ShowProcAgain.
+const (
+	firstProcAttempt = time.Second
+	maxProcAttempt   = 8 * time.Second
+)
+
+// ShowProcAgain is ShowProc for a master that may be reloading: an
+// attempt that gets no answer within its window is given up and made
+// again on a new connection, the window growing from 1 s to 8 s, until
+// ctx ends. A master re-executing for a reload can accept a connection
+// in the image it replaces and then never answer it, while it answers a
+// new connection at once (HAProxy 2.6, seen in back-to-back reloads); a
+// master starved of CPU answers late, which the growing window allows.
+func ShowProcAgain(ctx context.Context, masterSocket string) (Proc, error) {
+	window := firstProcAttempt
+	for {
+		actx, cancel := context.WithTimeout(ctx, window)
+		p, err := ShowProc(actx, masterSocket)
+		cancel()
+		if err == nil || ctx.Err() != nil || !Timeout(err) {
+			return p, err
+		}
+		window = min(2*window, maxProcAttempt)
+	}
 }

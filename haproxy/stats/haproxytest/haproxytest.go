@@ -179,15 +179,15 @@ func (p *Process) Reload() int {
 func (p *Process) TryReload() (int, error) {
 	p.reloading.Add(1)
 	defer p.reloading.Add(-1)
-	// Each question to the master waits as long as the reload may take:
-	// a master starved of CPU (the unit tier beside busy loops) can take
-	// seconds to answer, and a question given up early only leaves it
-	// answering a client that is gone while the next one waits.
+	// Asked as the supervisor asks (stats.ShowProcAgain): a master starved
+	// of CPU (the unit tier beside busy loops) can take seconds to
+	// answer, and one re-executing may never answer a connection its old
+	// image accepted.
 	deadline := time.Now().Add(reloadLimit)
 	ask := func() (stats.Proc, error) {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
-		return stats.ShowProc(ctx, p.Master)
+		return stats.ShowProcAgain(ctx, p.Master)
 	}
 	before, err := ask()
 	if err != nil {
