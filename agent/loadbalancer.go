@@ -60,15 +60,24 @@ func (a *Agent) reservedNames() map[string]string {
 // LoadBalancerState reports whether lb's HAProxy runs and whether the
 // agent is starting, reloading or restoring it: the supervisor's answer,
 // which the heartbeat asks every cycle and which never waits for an
-// operation under way.
-func (a *Agent) LoadBalancerState(lb string) (running, busy bool) { return a.lbs.State(lb) }
+// operation under way. A HAProxy the supervisor does not run but that
+// serves lb's config (started by upstream's unit before an in-place
+// upgrade from the Python agent, which reported it) counts as running,
+// so that its listeners stay in the heartbeats.
+func (a *Agent) LoadBalancerState(lb string) (running, busy bool) {
+	running, busy = a.lbs.State(lb)
+	if !running && !busy {
+		running = a.haproxyLayout().RunsConfig(lb)
+	}
+	return running, busy
+}
 
 // RunningLoadBalancers counts the stored load balancers and those whose
 // HAProxy runs, as the supervisor sees them.
 func (a *Agent) RunningLoadBalancers() (running, stored int, err error) {
 	lbs, err := a.haproxyLayout().LoadBalancers()
 	for _, lb := range lbs {
-		if r, _ := a.lbs.State(lb); r {
+		if r, _ := a.LoadBalancerState(lb); r {
 			running++
 		}
 	}

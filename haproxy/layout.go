@@ -116,6 +116,21 @@ func (l Layout) LoadBalancers() ([]string, error) {
 	return ids, nil
 }
 
+// RunsConfig reports whether the LB's pid file names a live process
+// running the LB's config (-f): a HAProxy serving it whether or not the
+// agent supervises it, such as one that upstream's systemd unit started
+// before the agent replaced the Python one in place. A recycled pid
+// running something else is not.
+func (l Layout) RunsConfig(lb string) bool {
+	pid, err := pidfile.Read(l.PidPath(lb))
+	if err != nil {
+		return false
+	}
+	args, err := procwatch.Cmdline(l.procDir(), pid)
+	cfg := l.ConfigPath(lb)
+	return err == nil && procwatch.ArgAfter(args, "-f", func(v string) bool { return v == cfg })
+}
+
 // Running reports whether the LB's HAProxy (its pid file's process) is alive.
 func (l Layout) Running(lb string) bool {
 	return pidfile.Alive(l.procDir(), l.PidPath(lb))
