@@ -13,8 +13,9 @@ PORT ?= 9443
 TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso zstd
 
 # diskimage-builder and what it runs, for the image built as upstream
-# builds its own (make image-dib, test-vm-dib).
-DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl
+# builds its own (make image-dib, test-vm-dib); diskimage-builder calls
+# sudo even as root.
+DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl sudo
 
 # Debian's Octavia control plane for the cloud tier (make test-cloud, run
 # by make test); the preseed answers "no" to every configure question of

@@ -24,8 +24,8 @@ deb=$(realpath "$1") outdir=$(realpath -m "$2")
 here=$(cd "$(dirname "$0")" && pwd)
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=${AMPHORA_IMAGE_CACHE:-/var/tmp/amphora-agent-image}
-for tool in disk-image-create debootstrap qemu-img curl; do
-	command -v "$tool" >/dev/null || die "$tool is missing (apt-get install python3-diskimage-builder debootstrap qemu-utils curl)"
+for tool in disk-image-create debootstrap qemu-img curl sudo; do
+	command -v "$tool" >/dev/null || die "$tool is missing (make deps-dib installs it)"
 done
 
 octavia=11.0.0
@@ -68,6 +68,9 @@ start=$(date +%s)
 # (the package's tmpfs), sos and pip-cache (the Python agent's).
 export ELEMENTS_PATH=$elements:$here/elements
 export DIB_AMPHORA_AGENT_DEB=$deb DIB_RELEASE=bookworm DIB_DISTRIBUTION_MIRROR=$mirror
+# diskimage-builder 3.13 names the security suite the pre-bullseye way
+# (bookworm/updates) for every release but bullseye: bookworm-security.
+export DIB_DEBIAN_SECURITY_MIRROR=$mirror-security DIB_DEBIAN_SECURITY_SUBPATH=-security
 export DIB_CLOUD_INIT_DATASOURCES=ConfigDrive CLOUD_INIT_DATASOURCES=ConfigDrive DIB_GRUB_TIMEOUT=0
 export DIB_OCTAVIA_AMP_USE_NFTABLES=True DIB_OCTAVIA_AMP_USE_SSH=True
 # Its build folder on disk, not in a tmpfs of RAM.
