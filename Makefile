@@ -8,8 +8,14 @@ STATE ?= .state
 PORT ?= 9443
 
 # Debian packages the system and interop tiers drive for real; mmdebstrap
-# makes the chroot the package is installed in.
-TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso
+# makes the chroot the package is installed in, and the amphora images
+# (kept compressed with zstd).
+TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso zstd
+
+# diskimage-builder and what it runs, for the image built as upstream
+# builds its own (make image-dib, test-vm-dib); diskimage-builder calls
+# sudo even as root.
+DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl sudo
 
 # Debian's Octavia control plane for the cloud tier (make test-cloud, run
 # by make test); the preseed answers "no" to every configure question of
@@ -17,7 +23,7 @@ TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping py
 CLOUD_PACKAGES := mariadb-server rabbitmq-server dnsmasq-base octavia-api octavia-worker octavia-health-manager octavia-housekeeping python3-openstackclient python3-octaviaclient
 CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 
-.PHONY: build deb run demo test test-unit test-system test-interop test-vm test-cloud test-vm-cloud deps deps-cloud vet bench fuzz soak flakes clean
+.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-vm-cloud deps deps-cloud deps-dib vet bench fuzz soak flakes clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -47,6 +53,13 @@ deps:
 # start MariaDB or RabbitMQ where policy-rc.d forbids it (containers); on
 # a host where they do start, the tier still uses its own instances in
 # its own namespace.
+deps-dib:
+	@missing=$$(for p in $(DIB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
 deps-cloud:
 	@missing=$$(for p in $(CLOUD_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -115,21 +128,43 @@ test-interop: build
 # housekeeping with MariaDB and RabbitMQ) drives the cloud through the
 # project's compute and network drivers
 # (cmd/amphora-agent/tiers/cloud/README.md).
-# make test runs it after the VM tier (whose image it boots). CLOUD_RUN
-# picks tests (a -run pattern). The amphora VMs get the package built
-# here (deb) on the VM tier's image.
+# make test runs it beside the VM tier. CLOUD_RUN picks tests (a -run
+# pattern). The amphora VMs boot the image `make image` makes of the
+# package built here, as Nova boots what an operator uploaded.
 CLOUD_TIMEOUT ?= 35m
 CLOUD_RUN ?= Cloud
+BAKE := cmd/amphora-agent/packaging/image/bake.sh
 test-cloud: deps-cloud deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-cloud: skipped: needs root (namespaces, bridges, VMs)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-cloud: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
-	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
+	image=$$($(BAKE) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin) || exit 1; \
+	set -o pipefail; AMPHORA_IMAGE=$$image \
 		$(GO) test -count=1 -tags cloud -p 1 -timeout $(CLOUD_TIMEOUT) -run '$(value CLOUD_RUN)' -v ./cmd/amphora-agent/tiers/cloud/ 2>&1 | grep --line-buffered -v '^=== '
 
-# The amphora base image (Debian bookworm; cached by its inputs, so a
-# second run prints the cached one). Prints its folder, size and build time.
-image:
-	@dir=$$(cmd/amphora-agent/packaging/image/build.sh) && echo "$$dir" && cat "$$dir/build-info.txt"
+# The amphora image an operator uploads to Glance (root: it is made in a
+# chroot): the Debian bookworm base with the package built here installed,
+# bin/amphora-x64-haproxy-debian-<suite>-<base key>-agent-<version>.qcow2.
+# The base is cached by its inputs; the same package is not baked twice.
+image: deb
+	@$(BAKE) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin
+
+# The same from diskimage-builder with Octavia's own elements and the
+# package's element (cmd/amphora-agent/packaging/image/dib.sh; root), as
+# an operator with an image pipeline of their own builds it:
+# bin/amphora-x64-haproxy-dib-debian-bookworm-agent-<version>.qcow2.
+DIB := cmd/amphora-agent/packaging/image/dib.sh
+image-dib: deps-dib deb
+	@$(DIB) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin
+
+# That image booted in the VM tier (opt-in: the first run fetches a Debian
+# root with debootstrap and Octavia's source): TestVMDIBImage. Built with
+# the test-only guest agent the tier runs commands through, and kept in
+# the image cache rather than bin/.
+test-vm-dib: deps deps-dib deb
+	@if [ "$$(id -u)" != 0 ]; then echo "test-vm-dib: needs root (debootstrap, loop devices, VMs)"; exit 1; fi; \
+	image=$$(AMPHORA_DIB_TEST=1 $(DIB) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" /var/tmp/amphora-agent-image/dib) || exit 1; \
+	set -o pipefail; AMPHORA_DIB_IMAGE=$$image \
+		$(GO) test -count=1 -tags vm -timeout 30m -run '^TestVMDIBImage$$' -v ./cmd/amphora-agent/tiers/vm/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Amphora VMs under QEMU (TCG here): the base image is built once and
 # cached by its inputs (cmd/amphora-agent/packaging/image/build.sh); the package

@@ -263,3 +263,29 @@ func TestLVSBusyDuringOperations(t *testing.T) {
 		t.Fatalf("after the restore: busy %v, running %v", s2.Busy("l1"), l.Running("l1"))
 	}
 }
+
+// A config uploaded within the same clock tick as the checker's start
+// (file times advance by ticks of a few milliseconds) still reads as not
+// loaded yet: here the checker's file carries a later time than the upload.
+func TestUploadInTheCheckersTickIsRestarting(t *testing.T) {
+	e := newFakeEnv(t)
+	s := e.lvs(t)
+	l := s.Layout()
+	ctx := context.Background()
+	if err := s.Upload(ctx, "l1", []byte(lvsConf)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx, "l1"); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(l.Files("l1").CheckPid, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Upload(ctx, "l1", []byte(lvsConf+"# v2\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !l.restarting("l1") {
+		t.Fatal("a config uploaded after the start is not seen as restarting")
+	}
+}

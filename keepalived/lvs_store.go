@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -47,7 +48,31 @@ func (s *LVSStore) Upload(ctx context.Context, id string, body []byte) error {
 	if err := fsutil.WriteFile(l.UDPCheckPath(), []byte(UDPCheckScript), 0o755); err != nil {
 		return fault.Internalf("writing the UDP check script: %w", err)
 	}
-	return storeValidated(ctx, s.Validate, s.Log, body, l.ConfigPath(id), l.stagedPath(id), l.failedPath(id))
+	if err := storeValidated(ctx, s.Validate, s.Log, body, l.ConfigPath(id), l.stagedPath(id), l.failedPath(id)); err != nil {
+		return err
+	}
+	newerThanChecker(l.ConfigPath(id), l.Files(id).CheckPid, s.Log)
+	return nil
+}
+
+// newerThanChecker makes the stored config's time later than the checker's
+// pid file's: that order is how a config not restarted yet is told
+// (LVSLayout.restarting), and file times advance with the kernel's clock
+// tick, so an upload within a few milliseconds of a start would otherwise
+// look already loaded.
+func newerThanChecker(config, checkPid string, log *zap.Logger) {
+	cfg, err := os.Stat(config)
+	if err != nil {
+		return
+	}
+	check, err := os.Stat(checkPid)
+	if err != nil || cfg.ModTime().After(check.ModTime()) {
+		return
+	}
+	t := check.ModTime().Add(time.Microsecond)
+	if err := os.Chtimes(config, t, t); err != nil {
+		log.Warn("marking the new config as not loaded yet", zap.String("config", config), zap.Error(err))
+	}
 }
 
 // Config returns a listener's stored config.

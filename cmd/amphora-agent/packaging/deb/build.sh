@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the amphora-agent Debian package (bookworm, amd64) with plain
-# dpkg-deb: the package is one static binary and its symlinks, a shell
-# script, three units, a manual page and a few documents, which needs no
-# packaging framework.
+# dpkg-deb: the package is one static binary and its symlinks, two shell
+# scripts, three units, rsyslog's socket, a manual page and a few
+# documents, which needs no packaging framework.
 #
 #   build.sh BINARY VERSION OUTDIR
 #
@@ -82,6 +82,9 @@ done
 install -m 0755 "$packaging/lvs-masquerade.sh" "$stage/usr/local/bin/lvs-masquerade.sh"
 install -d -m 0755 "$stage/usr/bin"
 ln -s ../local/bin/lvs-masquerade.sh "$stage/usr/bin/octavia-agent-lvs-masquerade"
+# Its name before UDP listeners became LVS listeners, which interface files
+# written by older agents still call (upstream's image links it too).
+ln -s lvs-masquerade.sh "$stage/usr/local/bin/udp-masquerade.sh"
 # The external check of PING health monitors, where Octavia's HAProxy
 # template names it.
 install -D -m 0755 "$packaging/ping-wrapper.sh" "$stage/var/lib/octavia/ping-wrapper.sh"
@@ -93,6 +96,12 @@ doc=$stage/usr/share/doc/amphora-agent
 install -D -m 0644 "$here/copyright" "$doc/copyright"
 install -D -m 0644 "$here/amphora-agent.conf" "$doc/examples/amphora-agent.conf"
 install -D -m 0644 "$here/lintian-overrides" "$stage/usr/share/lintian/overrides/amphora-agent"
+# The socket Octavia's HAProxy configs log to (upstream's amphora-agent
+# image element ships the same): a conffile, kept on remove as Debian
+# policy has it.
+install -D -m 0644 "$here/55-octavia-socket.conf" "$stage/etc/rsyslog.d/55-octavia-socket.conf"
+# What upstream's element tells NetworkManager, for images that run it.
+install -D -m 0644 "$here/NetworkManager/amphora-agent.conf" "$stage/etc/NetworkManager/conf.d/amphora-agent.conf"
 
 maintainer="amphora-agent maintainers <maintainers@users.noreply.a-seed-26ea428e.example>"
 # The changelog's newest entry must be this build's version: a build that
@@ -128,7 +137,9 @@ done
 
 install -d -m 0755 "$stage/DEBIAN"
 install -m 0755 "$here/postinst" "$here/prerm" "$here/postrm" "$stage/DEBIAN/"
-# md5sums lets `dpkg --verify` check the installed files.
+(cd "$stage" && find etc -type f | sed 's|^|/|' | sort) >"$stage/DEBIAN/conffiles"
+# md5sums lets `dpkg --verify` check the installed files (conffiles have
+# their sums in dpkg's database, as dh_md5sums leaves them out).
 (cd "$stage" && find usr lib var -type f -exec md5sum {} + | sort -k2) >"$stage/DEBIAN/md5sums"
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 cat >"$stage/DEBIAN/control" <<CONTROL

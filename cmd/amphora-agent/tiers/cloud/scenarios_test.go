@@ -292,16 +292,16 @@ func slowMember(name string) http.Handler {
 	})
 }
 
-// amphoraVMs is what the compute driver boots: the VM tier's image with
-// the package under test (make test-cloud builds it and names it in
-// AMPHORA_AGENT_DEB).
+// amphoraVMs is what the compute driver boots: the image an operator
+// would upload, `make image`'s (make test-cloud makes it and names it in
+// AMPHORA_IMAGE).
 func amphoraVMs(t *testing.T) *cloud.AmphoraVMs {
 	t.Helper()
-	deb := os.Getenv("AMPHORA_AGENT_DEB")
-	if deb == "" {
-		t.Fatal("AMPHORA_AGENT_DEB is not set (make test-cloud builds the package and sets it)")
+	image := os.Getenv("AMPHORA_IMAGE")
+	if image == "" {
+		t.Fatal("AMPHORA_IMAGE is not set (make test-cloud makes the image and sets it)")
 	}
-	return &cloud.AmphoraVMs{Image: vm.BuildImage(t), Package: deb}
+	return &cloud.AmphoraVMs{Image: vm.Baked(t, image)}
 }
 
 // newScene is a scene on cp with no load balancer yet.

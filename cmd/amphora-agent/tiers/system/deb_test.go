@@ -46,7 +46,13 @@ const (
 const (
 	debMasquerade       = "/usr/local/bin/lvs-masquerade.sh"
 	debDebianMasquerade = "/usr/bin/octavia-agent-lvs-masquerade"
+	debUDPMasquerade    = "/usr/local/bin/udp-masquerade.sh" // its name before Octavia 8
 )
+
+// debConffiles are the package's files under /etc, each a conffile: rsyslog's
+// socket for Octavia's HAProxy configs and NetworkManager's settings, as
+// upstream's amphora-agent image element ships them.
+var debConffiles = []string{"/etc/rsyslog.d/55-octavia-socket.conf", "/etc/NetworkManager/conf.d/amphora-agent.conf"}
 
 // debDepends is what the package must depend on: the daemons and tools
 // the agent runs (kmod: modprobe ip_vs; udev: the config drive's label
@@ -205,6 +211,10 @@ func checkDebContents(t *testing.T, deb string) {
 		"/var/lib/octavia/ping-wrapper.sh": {mode: "-rwxr-xr-x"},
 		debMasquerade:                      {mode: "-rwxr-xr-x"},
 		debDebianMasquerade:                {mode: "lrwxrwxrwx", link: "../local/bin/lvs-masquerade.sh"},
+		debUDPMasquerade:                   {mode: "lrwxrwxrwx", link: "lvs-masquerade.sh"},
+	}
+	for _, c := range debConffiles {
+		want[c] = debEntry{mode: "-rw-r--r--"}
 	}
 	// The names the binary answers to (package cli) are the links it ships.
 	for alias := range cli.Aliases {
@@ -246,6 +256,12 @@ func checkDebContents(t *testing.T, deb string) {
 			continue
 		}
 		runFor(t, 10*time.Second, "sh", "-n", p)
+	}
+	// dpkg keeps an administrator's changes to these on upgrade only when
+	// the package lists them.
+	conffiles, err := os.ReadFile(filepath.Join(ctl, "conffiles"))
+	if got := strings.Fields(string(conffiles)); err != nil || !slices.Equal(got, slices.Sorted(slices.Values(debConffiles))) {
+		t.Errorf("conffiles %q (%v), want %q", got, err, debConffiles)
 	}
 
 	root := t.TempDir()
@@ -346,14 +362,30 @@ func checkDebInChroot(t *testing.T, deb string, fields map[string]string) {
 }
 
 // keptOnRemove checks what dpkg -r leaves, as Debian policy has it: the
-// unit's enablement and deb-systemd-helper's record of it (purge removes
-// them), the unit masked while its file is gone, and nothing else.
+// unit's enablement and deb-systemd-helper's record of it, the conffiles
+// and their folders (purge removes all of them), the unit masked while its
+// file is gone, and nothing else.
 func keptOnRemove(t *testing.T, root string, clean map[string]string) {
 	t.Helper()
 	kept := regexp.MustCompile(`^[+] (/etc/systemd/system(/[^ ]*)?|/var/lib/systemd(/deb-systemd-helper-(enabled|masked)(/[^ ]*)?)?) `)
+	conffiles := map[string]bool{}
+	for _, c := range debConffiles {
+		for p := c; p != "/etc"; p = filepath.Dir(p) {
+			conffiles[p] = true
+		}
+	}
 	for _, line := range strings.Split(snapshotDiff(clean, snapshot(t, root)), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "+" && conffiles[f[1]] {
+			delete(conffiles, f[1])
+			continue
+		}
 		if line != "" && !kept.MatchString(line) {
-			t.Errorf("after dpkg -r: %s (only the unit's enablement may stay)", line)
+			t.Errorf("after dpkg -r: %s (only the unit's enablement and the conffiles may stay)", line)
+		}
+	}
+	for _, c := range debConffiles {
+		if conffiles[c] {
+			t.Errorf("dpkg -r removed the conffile %s", c)
 		}
 	}
 	for _, target := range wantedBy(t, filepath.Join(packagingDir(), "systemd", debUnit)) {
@@ -386,7 +418,7 @@ func checkInstalled(t *testing.T, root string, in func(time.Duration, ...string)
 	// Both names run the script under the image's /bin/sh; without
 	// arguments it only prints its usage (running it for real would
 	// change the host's firewall: the chroot shares its namespace).
-	for _, name := range []string{debMasquerade, debDebianMasquerade} {
+	for _, name := range []string{debMasquerade, debDebianMasquerade, debUDPMasquerade} {
 		_, stderr, err := tryFor(10*time.Second, "chroot", root, name)
 		if exitCode(err) != 1 || !strings.Contains(stderr, "usage: ") {
 			t.Errorf("%s without arguments: %q %v, want its usage and status 1", name, stderr, err)

@@ -97,6 +97,9 @@ type vmCreate struct {
 	// Extra files (target path → content) the controller adds to the
 	// config drive, as rsyslog's 10-rsyslog.conf rendered with targets.
 	Extra map[string][]byte
+	// Image is an image with the agent in it (nil: the base image, the
+	// package under test installed at first boot).
+	Image *vm.Image
 }
 
 // octaviaBuild is what Octavia's CertComputeCreate task asked the compute
@@ -172,7 +175,12 @@ const operatorSysctlFile = "/etc/sysctl.d/60-operator-tuning.conf"
 
 func createAmphora(t *testing.T, name, topology string, c vmCreate) *amphora {
 	t.Helper()
-	img := vm.BuildImage(t)
+	img, pkg := vm.Image{}, ""
+	if c.Image != nil {
+		img = *c.Image
+	} else {
+		img, pkg = vm.BuildImage(t), vmPackage(t)
+	}
 	t.Logf("%s; accelerator %s", img.Info, vm.Accel(img))
 	env := testenv.New(t)
 	hb := hbutil.NewReceiver(t)
@@ -193,7 +201,7 @@ func createAmphora(t *testing.T, name, topology string, c vmCreate) *amphora {
 	key := sshPublicKey(t, "vm-tier@"+name)
 	v := vm.Start(t, img, vm.Options{
 		Name:           name,
-		Package:        vmPackage(t),
+		Package:        pkg,
 		InstanceID:     env.AmphoraID,
 		Files:          files,
 		UserData:       []byte(build.UserData),

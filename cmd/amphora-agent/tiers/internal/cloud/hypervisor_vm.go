@@ -20,13 +20,12 @@ import (
 
 // AmphoraVMs makes the compute driver boot real amphora VMs.
 type AmphoraVMs struct {
-	Image vm.Image
-	// Package is the agent's .deb, installed at each VM's first boot.
-	Package  string
+	// Image is what an operator uploads: the agent baked in.
+	Image    vm.Image
 	MemoryMB int
 	// Variants maps an image tag (an Octavia flavor's amp_image_tag) to
-	// an image that carries its own agent, as Glance would find one by
-	// its tag; servers built with any other tag boot Image with Package.
+	// another image, as Glance would find one by its tag; servers built
+	// with any other tag boot Image.
 	Variants map[string]vm.Image
 	// ClockOffset is each VM's clock's distance from the host's
 	// (vm.Options.ClockOffset): negative for an amphora lagging the
@@ -35,11 +34,11 @@ type AmphoraVMs struct {
 }
 
 // image is what Nova would boot for the server's image tag.
-func (o AmphoraVMs) image(tag string) (vm.Image, string) {
+func (o AmphoraVMs) image(tag string) vm.Image {
 	if img, ok := o.Variants[tag]; ok {
-		return img, ""
+		return img
 	}
-	return o.Image, o.Package
+	return o.Image
 }
 
 // vmHypervisor boots each server as an amphora VM (internal/vm): the
@@ -79,9 +78,9 @@ func (h *vmHypervisor) Boot(s *Server) error {
 	if s.UserData != "" {
 		userData = []byte(s.UserData)
 	}
-	img, pkg := h.opts.image(s.ImageTag)
+	img := h.opts.image(s.ImageTag)
 	v, err := startOffTest(h.c.t, func(t testing.TB) *vm.VM {
-		return vm.Start(t, img, vm.Options{Name: s.Name, Package: pkg, Files: s.Files, UserData: userData,
+		return vm.Start(t, img, vm.Options{Name: s.Name, Files: s.Files, UserData: userData,
 			InstanceID: s.ID, NetworkData: s.NetworkData, MemoryMB: h.opts.MemoryMB, ManagementTap: tap, ManagementMAC: mgmt.MACAddress,
 			ClockOffset: h.opts.ClockOffset})
 	})

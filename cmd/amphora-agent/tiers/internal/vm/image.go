@@ -77,6 +77,19 @@ func buildImage(variant string) (Image, error) {
 		Initrd: filepath.Join(dir, "initrd.img"), Info: strings.TrimSpace(string(info))}, nil
 }
 
+// Baked is the image bake.sh made (the package installed, no test hook):
+// its disk with the kernel of the base it was made from (the accelerator
+// probe's).
+func Baked(t testing.TB, path string) Image {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	img := BuildImage(t)
+	img.Base, img.Info = path, "baked: "+filepath.Base(path)
+	return img
+}
+
 var (
 	accelOnce sync.Once
 	accel     string

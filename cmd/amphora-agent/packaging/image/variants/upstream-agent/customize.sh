@@ -25,6 +25,10 @@ chroot "$root" apt-get clean
 # 30-enable-certs-ramfs-service).
 chroot "$root" systemctl enable octavia-agent.service octavia-agent-certs-ramfs.service >/dev/null 2>&1
 
+# Debian's octavia-agent does not make the socket Octavia's HAProxy configs
+# log to; upstream's amphora-agent element does, as this project's package.
+cp "$here/../../../deb/55-octavia-socket.conf" "$root/etc/rsyslog.d/"
+
 # Debian's rsyslog profile is enforced once AppArmor is installed (the
 # package depends on it): let rsyslogd make the socket Octavia's HAProxy
 # configs log to, as upstream's amphora-apparmor element does.
