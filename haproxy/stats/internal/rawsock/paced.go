@@ -137,12 +137,15 @@ func (s *sock) wait(d time.Duration) error {
 		return err
 	}
 	ts := unix.NsecToTimespec(max(min(d, time.Until(s.deadline)), 0).Nanoseconds())
-	for {
-		_, _, errno := unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), uintptr(unsafe.Pointer(&ts)), 0)
-		if errno != unix.EINTR {
-			break
-		}
-	}
+	// A signal ends the sleep early, and it is not resumed: the runtime
+	// signals this thread when it needs the goroutine stopped (a
+	// stop-the-world, a collection scanning its stack), which cannot
+	// happen inside a raw call, and keeps signalling, every few
+	// microseconds, until it does. Resumed after each signal, the sleep
+	// lost as much time to the signals as it slept, and both sides waited
+	// on each other for seconds to minutes (the agent's other goroutines
+	// with them). Returning lets the next function entry stop it.
+	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 	runtime.Gosched()
 	select {
 	case <-s.done:

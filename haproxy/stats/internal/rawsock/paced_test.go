@@ -74,3 +74,46 @@ func TestPacedReadEndsWithDataWaiting(t *testing.T) {
 		t.Errorf("context ended: %d bytes, %v; want the read aborted", n, err)
 	}
 }
+
+// A paced wait ends when its thread is signalled, as the runtime signals
+// a thread whose goroutine it needs stopped and keeps signalling until it
+// stops: resumed after each signal, the sleep made no headway against a
+// stream of them, and a garbage collection waited on a paced read for
+// minutes in the unit tier beside busy loops.
+func TestPacedWaitEndsOnSignals(t *testing.T) {
+	s := &sock{fd: -1, deadline: time.Now().Add(time.Minute), nonblock: true, done: make(chan struct{})}
+	tid := make(chan int)
+	took := make(chan time.Duration)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
+		start := time.Now()
+		s.wait(200 * time.Millisecond)
+		took <- time.Since(start)
+	}()
+	thread := <-tid
+	// SIGURG is the runtime's own preemption signal: harmless to send.
+	var stop atomic.Bool
+	storm := make(chan struct{})
+	go func() {
+		defer close(storm)
+		for !stop.Load() {
+			unix.Tgkill(unix.Getpid(), thread, unix.SIGURG)
+		}
+	}()
+	var d time.Duration
+	select {
+	case d = <-took:
+	case <-time.After(10 * time.Second):
+		stop.Store(true)
+		<-storm
+		d = <-took
+		t.Fatalf("a 200 ms wait under a stream of signals ended after %v only once they stopped", d)
+	}
+	stop.Store(true)
+	<-storm
+	if d >= 200*time.Millisecond {
+		t.Errorf("a 200 ms wait under a stream of signals took %v: the signals did not end it", d)
+	}
+}
