@@ -235,8 +235,11 @@
 //     2025.1 hides "\r\nHost:\ name" in the version word of `option
 //     httpchk`, which 2.6 sends and 3.0 refuses outright, whatever
 //     follows; upstream fixed its template only in 2025.2. Upload writes
-//     such a line as that template does (httpchk.go), so Octavia 11 and 16
+//     such a line as that template does (compat.go), so Octavia 11 and 16
 //     drive a 3.0 amphora; the check asks the member the same on 2.6.
+//   - `option http-use-htx`, which Octavia up to 2025.1 renders for every
+//     PROMETHEUS listener: a no-op since 2.1 that 2.6 accepts and 3.0
+//     refuses. Upload drops it, as upstream's 2025.2 template does.
 //   - haproxy -v and keepalived -v: the same banner shapes.
 //   - keepalived -t: the same exit statuses (0, 5 for faults, 6 for script
 //     security, which every Octavia VRRP config draws) and the same words

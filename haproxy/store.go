@@ -105,10 +105,10 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 		return fault.Invalid("Invalid request", err.Error())
 	}
 	cfg := stripGroupLines(body)
-	cfg, split := splitHTTPCheckHeaders(cfg)
-	if split > 0 {
-		s.Log.Info("wrote the health checks' hidden headers as http-check send (HAProxy 3.0 refuses them after the version)",
-			zap.String("lb", lb), zap.Int("lines", split))
+	cfg, changed := compatConfig(cfg)
+	if len(changed) > 0 {
+		s.Log.Info("wrote what HAProxy 3.0 refuses as Octavia 2025.2 renders it",
+			zap.String("lb", lb), zap.Strings("changes", changed))
 	}
 	if err := s.checkFDs(cfg); err != nil {
 		return fault.Invalid("Invalid request", err.Error())

@@ -68,10 +68,44 @@ func TestSplitHTTPCheckHeaders(t *testing.T) {
 	}
 }
 
+func TestDropHTX(t *testing.T) {
+	for _, c := range []struct {
+		name, in, want string
+		lines          int
+	}{
+		{
+			// Octavia 11-16's PROMETHEUS listener.
+			name:  "the prometheus frontend",
+			in:    "frontend prometheus-exporter-internal-endpoint\n    bind 127.0.0.1:9101\n    mode http\n    no log\n    option http-use-htx\n    http-request use-service prometheus-exporter if { path /metrics }\n",
+			want:  "frontend prometheus-exporter-internal-endpoint\n    bind 127.0.0.1:9101\n    mode http\n    no log\n    http-request use-service prometheus-exporter if { path /metrics }\n",
+			lines: 1,
+		},
+		{
+			name:  "negated, tabs, last line without a newline",
+			in:    "defaults\n\tno option http-use-htx\nbackend b\n\toption  http-use-htx ",
+			want:  "defaults\nbackend b\n",
+			lines: 2,
+		},
+		{
+			name: "a comment and other words stay",
+			in:   "backend b\n    # option http-use-htx\n    http-request set-header X-Note http-use-htx\n",
+			want: "backend b\n    # option http-use-htx\n    http-request set-header X-Note http-use-htx\n",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, n := dropHTX([]byte(c.in))
+			if string(got) != c.want || n != c.lines {
+				t.Errorf("got %d lines dropped:\n%q\nwant %d:\n%q", n, got, c.lines, c.want)
+			}
+		})
+	}
+}
+
 // The config stored and checked is the rewritten one.
-func TestUploadSplitsHTTPCheckHeaders(t *testing.T) {
+func TestUploadWritesWhatHAProxy3Refuses(t *testing.T) {
 	s, _ := newTestStore(t)
-	body := "frontend L1\n    mode http\nbackend P1\n    option httpchk GET / HTTP/1.1\\r\\nHost:\\ www.example.com\n"
+	body := "frontend prometheus-exporter-internal-endpoint\n    mode http\n    option http-use-htx\n" +
+		"backend P1\n    option httpchk GET / HTTP/1.1\\r\\nHost:\\ www.example.com\n"
 	if err := s.Upload(context.Background(), "AMP1", "lb1", []byte(body)); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +113,8 @@ func TestUploadSplitsHTTPCheckHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "frontend L1\n    mode http\nbackend P1\n    option httpchk GET / HTTP/1.1\n    http-check send hdr Host www.example.com\n"
+	want := "frontend prometheus-exporter-internal-endpoint\n    mode http\n" +
+		"backend P1\n    option httpchk GET / HTTP/1.1\n    http-check send hdr Host www.example.com\n"
 	if string(stored) != want {
 		t.Fatalf("stored:\n%s\nwant:\n%s", stored, want)
 	}

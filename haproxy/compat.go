@@ -2,8 +2,62 @@ package haproxy
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 )
+
+// compatConfig writes what Octavia up to 2025.1 (16.x) renders and HAProxy
+// 3.0 refuses as upstream's templates write it since 2025.2, which every
+// HAProxy the amphora images carry (2.6 and 3.0) reads the same: hidden
+// health-check headers (splitHTTPCheckHeaders) and `option http-use-htx`
+// (dropHTX). It says what it changed, for the log.
+func compatConfig(cfg []byte) ([]byte, []string) {
+	var changed []string
+	cfg, n := splitHTTPCheckHeaders(cfg)
+	if n > 0 {
+		changed = append(changed, fmt.Sprintf("%d health checks' hidden headers written as http-check send", n))
+	}
+	cfg, n = dropHTX(cfg)
+	if n > 0 {
+		changed = append(changed, fmt.Sprintf("%d 'option http-use-htx' lines dropped", n))
+	}
+	return cfg, changed
+}
+
+// Octavia renders `option http-use-htx` in the PROMETHEUS listener's
+// internal frontend. HTX has been HAProxy's only HTTP engine since 2.1,
+// which made the option a no-op HAProxy 2.6 warns about; 3.0 no longer
+// knows it and refuses the config. Upstream dropped the line in 2025.2;
+// dropHTX drops it (and its negation) and says how many lines went.
+func dropHTX(cfg []byte) ([]byte, int) {
+	if !bytes.Contains(cfg, []byte("http-use-htx")) {
+		return cfg, 0
+	}
+	var out []byte
+	n, last := 0, 0
+	for start := 0; start < len(cfg); {
+		end := len(cfg)
+		if i := bytes.IndexByte(cfg[start:], '\n'); i >= 0 {
+			end = start + i
+		}
+		next := min(end+1, len(cfg))
+		if htxLine.Match(cfg[start:end]) {
+			if out == nil {
+				out = make([]byte, 0, len(cfg))
+			}
+			out = append(out, cfg[last:start]...)
+			last = next
+			n++
+		}
+		start = next
+	}
+	if out == nil {
+		return cfg, 0
+	}
+	return append(out, cfg[last:]...), n
+}
+
+var htxLine = regexp.MustCompile(`^[ \t]*(no[ \t]+)?option[ \t]+http-use-htx[ \t]*$`)
 
 // Octavia up to 2025.1 (16.x) renders an HTTP health monitor's version
 // and Host header into the version word of `option httpchk`:
