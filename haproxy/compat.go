@@ -6,11 +6,12 @@ import (
 	"regexp"
 )
 
-// compatConfig writes what Octavia up to 2025.1 (16.x) renders and HAProxy
-// 3.0 refuses as upstream's templates write it since 2025.2, which every
-// HAProxy the amphora images carry (2.6 and 3.0) reads the same: hidden
-// health-check headers (splitHTTPCheckHeaders) and `option http-use-htx`
-// (dropHTX). It says what it changed, for the log.
+// compatConfig writes what Octavia up to 2025.1 (16.x) renders and current
+// HAProxy refuses as upstream's templates write it since 2025.2, which
+// every HAProxy the amphora images carry (2.6 and 3.0) reads the same:
+// hidden health-check headers (splitHTTPCheckHeaders, refused by 3.0) and
+// `option http-use-htx` (dropHTX, refused since 2.5). It says what it
+// changed, for the log.
 func compatConfig(cfg []byte) ([]byte, []string) {
 	var changed []string
 	cfg, n := splitHTTPCheckHeaders(cfg)
@@ -26,9 +27,11 @@ func compatConfig(cfg []byte) ([]byte, []string) {
 
 // Octavia renders `option http-use-htx` in the PROMETHEUS listener's
 // internal frontend. HTX has been HAProxy's only HTTP engine since 2.1,
-// which made the option a no-op HAProxy 2.6 warns about; 3.0 no longer
-// knows it and refuses the config. Upstream dropped the line in 2025.2;
-// dropHTX drops it (and its negation) and says how many lines went.
+// and 2.5 dropped the option: HAProxy 2.6 and 3.0 refuse the config
+// ("unknown option"). Debian's Octavia 11 patches the line out of its
+// template; upstream's releases up to 16.x and Debian's Octavia 16 render
+// it, and upstream dropped it in 2025.2. dropHTX drops it (and its
+// negation) and says how many lines went.
 func dropHTX(cfg []byte) ([]byte, int) {
 	if !bytes.Contains(cfg, []byte("http-use-htx")) {
 		return cfg, 0

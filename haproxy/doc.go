@@ -238,8 +238,9 @@
 //     such a line as that template does (compat.go), so Octavia 11 and 16
 //     drive a 3.0 amphora; the check asks the member the same on 2.6.
 //   - `option http-use-htx`, which Octavia up to 2025.1 renders for every
-//     PROMETHEUS listener: a no-op since 2.1 that 2.6 accepts and 3.0
-//     refuses. Upload drops it, as upstream's 2025.2 template does.
+//     PROMETHEUS listener (Debian's Octavia 11 patches it out, its Octavia
+//     16 does not): gone since HAProxy 2.5, so 2.6 and 3.0 both refuse
+//     it. Upload drops it, as upstream's 2025.2 template does.
 //   - haproxy -v and keepalived -v: the same banner shapes.
 //   - keepalived -t: the same exit statuses (0, 5 for faults, 6 for script
 //     security, which every Octavia VRRP config draws) and the same words
