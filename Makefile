@@ -7,6 +7,14 @@ BIN := bin/amphora-agent
 STATE ?= .state
 PORT ?= 9443
 
+# The Debian release of the amphora images (make image, test-vm,
+# test-cloud): bookworm or trixie. bookworm is the default because the
+# cloud tier's control plane is the host's Octavia 11 (bookworm's), the
+# release it was made for; SUITE=trixie is the stack operators deploy
+# now (HAProxy 3.0, keepalived 2.3, kernel 6.12).
+SUITE ?= bookworm
+export AMPHORA_IMAGE_SUITE := $(SUITE)
+
 # Debian packages the system and interop tiers drive for real; mmdebstrap
 # makes the chroot the package is installed in, and the amphora images
 # (kept compressed with zstd).
@@ -23,7 +31,7 @@ DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl sud
 CLOUD_PACKAGES := mariadb-server rabbitmq-server dnsmasq-base octavia-api octavia-worker octavia-health-manager octavia-housekeeping python3-openstackclient python3-octaviaclient
 CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 
-.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-vm-cloud deps deps-cloud deps-dib vet bench fuzz soak flakes clean
+.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud deps deps-cloud deps-dib vet bench fuzz soak flakes clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -49,10 +57,6 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-# Like deps, for the cloud tier's packages. Their postinst scripts do not
-# start MariaDB or RabbitMQ where policy-rc.d forbids it (containers); on
-# a host where they do start, the tier still uses its own instances in
-# its own namespace.
 deps-dib:
 	@missing=$$(for p in $(DIB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -60,6 +64,10 @@ deps-dib:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# Like deps, for the cloud tier's packages. Their postinst scripts do not
+# start MariaDB or RabbitMQ where policy-rc.d forbids it (containers); on
+# a host where they do start, the tier still uses its own instances in
+# its own namespace.
 deps-cloud:
 	@missing=$$(for p in $(CLOUD_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -130,7 +138,13 @@ test-interop: build
 # (cmd/amphora-agent/tiers/cloud/README.md).
 # make test runs it beside the VM tier. CLOUD_RUN picks tests (a -run
 # pattern). The amphora VMs boot the image `make image` makes of the
-# package built here, as Nova boots what an operator uploaded.
+# package built here, as Nova boots what an operator uploaded. With
+# SUITE=trixie the control plane is trixie's Octavia 16, run from a root
+# file system built once and cached (OCTAVIA_ROOT), beside the host's
+# MariaDB and RabbitMQ; OCTAVIA_SUITE picks the control plane apart from
+# the amphorae (OCTAVIA_SUITE=trixie: Octavia 16 with bookworm amphorae).
+OCTAVIA_ROOT := cmd/amphora-agent/tiers/internal/cloud/octavia-root.sh
+OCTAVIA_SUITE ?= $(SUITE)
 CLOUD_TIMEOUT ?= 35m
 CLOUD_RUN ?= Cloud
 BAKE := cmd/amphora-agent/packaging/image/bake.sh
@@ -138,11 +152,25 @@ test-cloud: deps-cloud deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-cloud: skipped: needs root (namespaces, bridges, VMs)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-cloud: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
 	image=$$($(BAKE) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin) || exit 1; \
-	set -o pipefail; AMPHORA_IMAGE=$$image \
+	octavia_root=; if [ "$(OCTAVIA_SUITE)" != bookworm ]; then octavia_root=$$($(OCTAVIA_ROOT) $(OCTAVIA_SUITE)) || exit 1; fi; \
+	set -o pipefail; AMPHORA_IMAGE=$$image AMPHORA_OCTAVIA_ROOT=$$octavia_root \
 		$(GO) test -count=1 -tags cloud -p 1 -timeout $(CLOUD_TIMEOUT) -run '$(value CLOUD_RUN)' -v ./cmd/amphora-agent/tiers/cloud/ 2>&1 | grep --line-buffered -v '^=== '
 
+# Octavia's upgrade under a serving load balancer (opt-in,
+# TestCloudUpgrade): the host's Octavia 11 with a bookworm amphora
+# replaced by trixie's Octavia 16 on the same database, then an amphora
+# failover onto the trixie image. Bakes both images.
+test-cloud-upgrade: deps-cloud deb
+	@if [ "$$(id -u)" != 0 ]; then echo "test-cloud-upgrade: needs root (namespaces, bridges, VMs)"; exit 1; fi; \
+	deb=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1); \
+	old=$$(AMPHORA_IMAGE_SUITE=bookworm $(BAKE) "$$deb" $(CURDIR)/bin) || exit 1; \
+	new=$$(AMPHORA_IMAGE_SUITE=trixie $(BAKE) "$$deb" $(CURDIR)/bin) || exit 1; \
+	root=$$($(OCTAVIA_ROOT) trixie) || exit 1; \
+	set -o pipefail; AMPHORA_IMAGE_SUITE=bookworm AMPHORA_IMAGE=$$old AMPHORA_UPGRADE_IMAGE=$$new AMPHORA_UPGRADE_ROOT=$$root \
+		$(GO) test -count=1 -tags cloud -p 1 -timeout 60m -run '^TestCloudUpgrade$$' -v ./cmd/amphora-agent/tiers/cloud/ 2>&1 | grep --line-buffered -v '^=== '
+
 # The amphora image an operator uploads to Glance (root: it is made in a
-# chroot): the Debian bookworm base with the package built here installed,
+# chroot): the Debian base of SUITE with the package built here installed,
 # bin/amphora-x64-haproxy-debian-<suite>-<base key>-agent-<version>.qcow2.
 # The base is cached by its inputs; the same package is not baked twice.
 image: deb

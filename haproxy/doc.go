@@ -231,6 +231,16 @@
 //   - A master's log through a start, a reload and a failed reload: the
 //     same lines ("Loading success.", "Loading failure!"), except that 2.6
 //     also reports its internal <HTTPCLIENT> proxy stopping.
+//   - An HTTP health monitor with a version (and a Host): Octavia up to
+//     2025.1 hides "\r\nHost:\ name" in the version word of `option
+//     httpchk`, which 2.6 sends and 3.0 refuses outright, whatever
+//     follows; upstream fixed its template only in 2025.2. Upload writes
+//     such a line as that template does (compat.go), so Octavia 11 and 16
+//     drive a 3.0 amphora; the check asks the member the same on 2.6.
+//   - `option http-use-htx`, which Octavia up to 2025.1 renders for every
+//     PROMETHEUS listener (Debian's Octavia 11 patches it out, its Octavia
+//     16 does not): gone since HAProxy 2.5, so 2.6 and 3.0 both refuse
+//     it. Upload drops it, as upstream's 2025.2 template does.
 //   - haproxy -v and keepalived -v: the same banner shapes.
 //   - keepalived -t: the same exit statuses (0, 5 for faults, 6 for script
 //     security, which every Octavia VRRP config draws) and the same words

@@ -105,6 +105,11 @@ func (s *Store) Upload(ctx context.Context, amphoraID, lb string, body []byte) e
 		return fault.Invalid("Invalid request", err.Error())
 	}
 	cfg := stripGroupLines(body)
+	cfg, changed := compatConfig(cfg)
+	if len(changed) > 0 {
+		s.Log.Info("wrote what HAProxy 3.0 refuses as Octavia 2025.2 renders it",
+			zap.String("lb", lb), zap.Strings("changes", changed))
+	}
 	if err := s.checkFDs(cfg); err != nil {
 		return fault.Invalid("Invalid request", err.Error())
 	}

@@ -107,7 +107,16 @@ func TestRestoreAdoptsAProcessThatDoesNotAnswer(t *testing.T) {
 	if n := logs.FilterMessageSnippet("ending a").Len(); n != 0 {
 		t.Errorf("%d processes ended", n)
 	}
-	d.With(func(h *Held) error { return h.Stop() })
+	// Unwanted first, as the kinds' stop does: the respawner starts a
+	// wanted daemon again, and that start would write into the test's
+	// folder while it is removed.
+	d.With(func(h *Held) error {
+		h.SetDesired(false)
+		return h.Stop()
+	})
+	if got := sc.running(); len(got) != 0 {
+		t.Errorf("%v run after the stop, want none", got)
+	}
 }
 
 // A started process leads a session of its own: its process group is then

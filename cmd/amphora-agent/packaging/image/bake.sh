@@ -27,10 +27,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 [ -z "${AMPHORA_IMAGE_VARIANT:-}" ] || die "a variant carries its own agent: nothing to bake"
 base=$("$here/build.sh")
-suite=$(sed -n 's/^suite=//p' "$here/build.sh")
+suite=$(cat "$base/suite")
 version=$(dpkg-deb -f "$deb" Version)
 [[ $version =~ ^[0-9A-Za-z.~+:-]+$ ]] || die "unexpected package version $version"
-prefix=amphora-x64-haproxy-debian-$suite-$(basename "$base")-agent-
+# The base's folder is named <suite>-<key>.
+prefix=amphora-x64-haproxy-debian-$(basename "$base")-agent-
 image=$outdir/$prefix$version.qcow2
 mkdir -p "$outdir"
 exec 9>"$outdir/.bake.lock"

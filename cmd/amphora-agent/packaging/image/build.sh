@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Debian bookworm amphora base image: a 2 GB disk with an MBR
+# Builds the Debian amphora base image: a 2 GB disk with an MBR
 # partition table and GRUB (BIOS), systemd, a kernel with IPVS, cloud-init
 # (ConfigDrive only), systemd-timesyncd, OpenSSH, HAProxy, keepalived,
 # ipvsadm, nftables, iproute2, qemu-guest-agent, netcat (the UDP health
@@ -11,6 +11,9 @@
 # of the agent never rebuilds the base.
 #
 # Usage: build.sh [cache-dir]   (default /var/tmp/amphora-agent-image)
+# AMPHORA_IMAGE_SUITE picks the Debian release: bookworm (the default:
+# HAProxy 2.6, keepalived 2.2, kernel 6.1) or trixie (HAProxy 3.0,
+# keepalived 2.3, kernel 6.12).
 # Prints the folder holding base.qcow2, vmlinuz, initrd.img and, for
 # bake.sh, root.tar.zst (the root before the test hook). The folder is
 # named after a hash of the build's inputs: same inputs, same image, no
@@ -23,7 +26,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=disk.sh
 . "$here/disk.sh"
 cache=${1:-${AMPHORA_IMAGE_CACHE:-/var/tmp/amphora-agent-image}}
-suite=bookworm
+suite=${AMPHORA_IMAGE_SUITE:-bookworm}
+case "$suite" in
+bookworm | trixie) ;;
+*) echo "build.sh: unknown AMPHORA_IMAGE_SUITE $suite (bookworm or trixie)" >&2; exit 1 ;;
+esac
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,haproxy,keepalived,ipvsadm,nftables,iproute2,qemu-guest-agent,procps,iputils-ping,netcat-openbsd,rsyslog,logrotate,grub-pc-bin,cloud-init,cloud-guest-utils,systemd-timesyncd,tzdata,openssh-server
 variant=${AMPHORA_IMAGE_VARIANT:-}
@@ -34,9 +41,9 @@ upstream-agent) hooks=(--customize-hook="$here/variants/$variant/customize.sh \"
 *) echo "build.sh: unknown AMPHORA_IMAGE_VARIANT $variant" >&2; exit 1 ;;
 esac
 # The variant puts the package's rsyslog socket in itself.
-key=$(cat "$0" "$here/disk.sh" "$here"/files/* ${variant:+"$here/variants/$variant"/* "$here/../deb/55-octavia-socket.conf"} |
+key=$({ echo "$suite"; cat "$0" "$here/disk.sh" "$here"/files/* ${variant:+"$here/variants/$variant"/* "$here/../deb/55-octavia-socket.conf"}; } |
 	sha256sum | cut -c1-16)
-out=$cache/${variant:+$variant-}$key
+out=$cache/${variant:+$variant-}$suite-$key
 cached() {
 	if [ -f "$out/base.qcow2" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ] &&
 		{ [ -n "$variant" ] || [ -f "$out/root.tar.zst" ]; }; then
@@ -48,7 +55,7 @@ cached
 mkdir -p "$cache"
 # make test runs the VM and cloud tiers side by side and both ask for the
 # image: one builds it while the other waits here, then finds it cached.
-exec 9>"$cache/.build-${variant:-base}.lock"
+exec 9>"$cache/.build-${variant:-base}-$suite.lock"
 flock 9
 cached
 for tool in mmdebstrap mkfs.ext4 qemu-img zstd; do
@@ -129,7 +136,9 @@ make_disk "$root" "$work" "$work/base.qcow2"
 
 took=$(( $(date +%s) - start ))
 size=$(du -h "$work/base.qcow2" | cut -f1)
-echo "amphora ${variant:-base} image: $size (base.qcow2), built in ${took}s" >"$work/build-info.txt"
+echo "amphora ${variant:-base} image, Debian $suite: $size (base.qcow2), built in ${took}s" >"$work/build-info.txt"
+# bake.sh names its image after it.
+echo "$suite" >"$work/suite"
 cat "$work/build-info.txt" >&2
 rm -rf "$out"
 mv "$work" "$out"

@@ -226,8 +226,10 @@ func findVMs(t *testing.T, cp *cloud.ControlPlane, sides []*agentSide) {
 			t.Fatalf("no VM for the %s agent", side.name)
 		}
 	}
-	if out := sides[1].vm.MustExec("dpkg-query -W -f='${Package} ${Version}\\n' octavia-agent amphora-agent 2>&1; true"); !strings.Contains(out, "octavia-agent 11.") {
-		t.Fatalf("the upstream-agent amphora has no octavia-agent 11: %s", out)
+	// Each Debian release's own: Octavia 11 in bookworm, 16 in trixie.
+	want := map[string]string{"bookworm": "octavia-agent 11.", "trixie": "octavia-agent 16."}[vm.Suite()]
+	if out := sides[1].vm.MustExec("dpkg-query -W -f='${Package} ${Version}\\n' octavia-agent amphora-agent 2>&1; true"); want == "" || !strings.Contains(out, want) {
+		t.Fatalf("the upstream-agent amphora has no %q (Debian %s): %s", want, vm.Suite(), out)
 	}
 }
 

@@ -58,6 +58,12 @@ type Options struct {
 	// Extra is appended to octavia.conf (later sections and values win
 	// in oslo.config).
 	Extra string
+	// OctaviaRoot is a root file system holding another release's
+	// Octavia (octavia-root.sh builds trixie's): its services and
+	// octavia-db-manage run from it, MariaDB, RabbitMQ, dnsmasq and the
+	// client from the host. Empty means AMPHORA_OCTAVIA_ROOT, and when
+	// that is empty too, the host's Octavia.
+	OctaviaRoot string
 }
 
 // ControlPlane is Octavia's API, worker, health manager and housekeeping
@@ -83,10 +89,11 @@ type ControlPlane struct {
 	// Timings of the start-up steps, in order ("mariadb ready 1.2s", ...).
 	Timings []string
 
-	t      testing.TB
-	client *http.Client
-	dhcp   *Service
-	dhcpMu sync.Mutex
+	t           testing.TB
+	octaviaRoot string
+	client      *http.Client
+	dhcp        *Service
+	dhcpMu      sync.Mutex
 }
 
 // Start brings the control plane up and tears it down in t.Cleanup (also
@@ -95,8 +102,22 @@ type ControlPlane struct {
 func Start(t testing.TB, o Options) *ControlPlane {
 	t.Helper()
 	topo.RequireRoot(t)
-	for _, bin := range []string{"octavia-api", "octavia-worker", "octavia-health-manager", "octavia-housekeeping",
-		"octavia-db-manage", "mariadbd", "mariadb-install-db", "epmd", "openstack"} {
+	if o.OctaviaRoot == "" {
+		o.OctaviaRoot = os.Getenv("AMPHORA_OCTAVIA_ROOT")
+	}
+	octaviaBins := []string{"octavia-api", "octavia-worker", "octavia-health-manager", "octavia-housekeeping", "octavia-db-manage"}
+	hostBins := []string{"mariadbd", "mariadb-install-db", "epmd", "openstack"}
+	if o.OctaviaRoot == "" {
+		hostBins = append(hostBins, octaviaBins...)
+	} else {
+		for _, bin := range octaviaBins {
+			if _, err := os.Stat(filepath.Join(o.OctaviaRoot, "usr", "bin", bin)); err != nil {
+				t.Fatalf("cloud tier: the Octavia root has no %s: %v", bin, err)
+			}
+		}
+		t.Logf("cloud: Octavia %s from %s", OctaviaVersion(o.OctaviaRoot), o.OctaviaRoot)
+	}
+	for _, bin := range hostBins {
 		if _, err := exec.LookPath(bin); err != nil {
 			if _, err2 := os.Stat(filepath.Join("/usr/sbin", bin)); err2 != nil {
 				t.Fatalf("cloud tier: %s is missing (make deps-cloud installs Debian's packages): %v", bin, err)
@@ -120,7 +141,7 @@ func Start(t testing.TB, o Options) *ControlPlane {
 			t.Fatal(err)
 		}
 	}
-	c := &ControlPlane{Dir: dir, t: t}
+	c := &ControlPlane{Dir: dir, t: t, octaviaRoot: o.OctaviaRoot}
 	if o.VMs != nil {
 		c.Fabric = NewFabric(&vmHypervisor{c: c, opts: *o.VMs, vms: map[string]*vm.VM{}, taps: map[string][]string{}})
 	} else {
@@ -190,13 +211,14 @@ func Start(t testing.TB, o Options) *ControlPlane {
 	if err := os.WriteFile(c.Config, []byte(c.octaviaConf(o)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.run(2*time.Minute, "octavia-db-manage", "--config-file", c.Config, "upgrade", "head")
+	dbManage := c.octavia("octavia-db-manage", "--config-file", c.Config, "upgrade", "head")
+	c.run(2*time.Minute, dbManage[0], dbManage[1:]...)
 	step("schema made")
 
 	env := []string{"PYTHONPATH=" + driversDir(), "AMPHORA_TEST_FABRIC=" + sock}
 	octavia := func(name string) *Service {
 		log := c.path("logs", name+".log")
-		return c.startService(name, log, env, name, "--config-file", c.Config, "--log-file", log)
+		return c.startService(name, log, env, c.octavia(name, "--config-file", c.Config, "--log-file", log)...)
 	}
 	api := octavia("octavia-api")
 	worker := octavia("octavia-worker")
@@ -239,6 +261,30 @@ func (c *ControlPlane) addOwnAddr(addr, cidr, bridge string) {
 
 func (c *ControlPlane) path(parts ...string) string {
 	return filepath.Join(append([]string{c.Dir}, parts...)...)
+}
+
+// octavia is the command line that runs argv, one of Octavia's commands,
+// from the Octavia root when there is one (octavia-sandbox.sh).
+func (c *ControlPlane) octavia(argv ...string) []string {
+	if c.octaviaRoot == "" {
+		return argv
+	}
+	return append([]string{filepath.Join(filepath.Dir(driversDir()), "octavia-sandbox.sh"), c.octaviaRoot, c.Dir, driversDir()}, argv...)
+}
+
+func readTrimmed(path string) string {
+	data, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(data))
+}
+
+// OctaviaVersion is the Debian version of the Octavia in root (an Octavia
+// root; "" for the host's).
+func OctaviaVersion(root string) string {
+	if root != "" {
+		return readTrimmed(filepath.Join(root, ".octavia-version"))
+	}
+	out, _ := exec.Command("dpkg-query", "-W", "-f=${Version}", "python3-octavia").Output()
+	return strings.TrimSpace(string(out))
 }
 
 // driversDir is where the Python drivers and their dist-info live.

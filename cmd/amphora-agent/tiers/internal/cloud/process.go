@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -110,6 +111,53 @@ func (c *ControlPlane) Restart(name, override string) *Service {
 		c.waitReady(s, old.readyLimit, old.ready)
 	}
 	return s
+}
+
+// Upgrade replaces Octavia's services with the release in root (an
+// Octavia root, "" for the host's), as an operator upgrades a control
+// plane in place: the API, worker, health manager and housekeeping
+// stopped, extra (oslo.config text, may be empty) appended to
+// octavia.conf, the new release's `octavia-db-manage upgrade head` run on
+// the same database, then each service started again from the new release
+// with its log continued, waiting for the readiness check it was first
+// started with. MariaDB, RabbitMQ and dnsmasq keep running, and so do the
+// amphorae.
+func (c *ControlPlane) Upgrade(root, extra string) {
+	c.t.Helper()
+	var olds []int
+	for i := len(c.Services) - 1; i >= 0; i-- {
+		if s := c.Services[i]; strings.HasPrefix(s.Name, "octavia-") {
+			s.Stop(20 * time.Second)
+			olds = append([]int{i}, olds...)
+		}
+	}
+	c.octaviaRoot = root
+	if extra != "" {
+		f, err := os.OpenFile(c.Config, os.O_WRONLY|os.O_APPEND, 0o600)
+		if err == nil {
+			_, err = f.WriteString("\n" + extra + "\n")
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	dbManage := c.octavia("octavia-db-manage", "--config-file", c.Config, "upgrade", "head")
+	c.run(5*time.Minute, dbManage[0], dbManage[1:]...)
+	stopped := make([]*Service, len(olds))
+	for k, i := range olds {
+		old := c.Services[i]
+		stopped[k] = old
+		s := &Service{Name: old.Name, Log: old.Log, Output: old.Output, env: old.env,
+			argv: c.octavia(old.Name, "--config-file", c.Config, "--log-file", old.Log)}
+		c.spawn(s)
+		c.Services[i] = s
+	}
+	for k, i := range olds {
+		if old := stopped[k]; old.ready != nil {
+			c.waitReady(c.Services[i], old.readyLimit, old.ready)
+		}
+	}
 }
 
 // Running reports whether the service's main process still runs.

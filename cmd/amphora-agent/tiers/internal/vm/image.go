@@ -33,6 +33,16 @@ var (
 	images   = map[string]*builtImage{}
 )
 
+// Suite is the Debian release of the images build.sh makes for this run
+// (AMPHORA_IMAGE_SUITE, as the Makefile's SUITE sets it; bookworm when
+// unset, as build.sh defaults).
+func Suite() string {
+	if s := os.Getenv("AMPHORA_IMAGE_SUITE"); s != "" {
+		return s
+	}
+	return "bookworm"
+}
+
 // BuildImage builds the base image once per test process (the script
 // itself caches it by its inputs across runs).
 func BuildImage(t testing.TB) Image {

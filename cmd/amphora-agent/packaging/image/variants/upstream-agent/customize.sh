@@ -1,8 +1,8 @@
 #!/bin/sh
 # The upstream-agent variant (tests only): Debian's octavia-agent, the
-# Python amphora agent of Octavia 11, instead of this project's package,
-# set up as upstream's amphora-agent and certs-ramfs image elements do
-# with a distribution package. Run by mmdebstrap as a customize hook with
+# Python amphora agent (Octavia 11 in bookworm, 16 in trixie), instead of
+# this project's package, set up as upstream's amphora-agent and
+# certs-ramfs image elements do with a distribution package. Run by mmdebstrap as a customize hook with
 # the image's root folder as $1 (its /proc, /dev and apt sources are in
 # place then).
 set -eu

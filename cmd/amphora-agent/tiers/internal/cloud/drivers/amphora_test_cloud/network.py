@@ -64,6 +64,12 @@ class NetworkDriver(base.AbstractNetworkDriver):
         # the extension, there is none and that is no error.
         return None
 
+    def get_security_group_by_id(self, sg_id, context=None):
+        # Octavia 16 looks up the groups a user names for the VIP
+        # (vip_sg_ids); none exists here.
+        raise base.SecurityGroupNotFound(
+            'security groups are not modelled: %s' % sg_id)
+
     def get_network_ip_availability(self, network):
         d = fabric.call('network/get_network_ip_availability', id=network.id)
         return n_models.Network_IP_Availability(
@@ -96,6 +102,10 @@ class NetworkDriver(base.AbstractNetworkDriver):
         # No security groups: nothing to update (the tiers README says so).
         return None
 
+    def update_aap_port_sg(self, load_balancer, amphora, vip):
+        # Octavia 16: the groups of an amphora's VRRP port.
+        return None
+
     def update_vip(self, load_balancer, for_delete=False):
         return None
 
@@ -111,6 +121,9 @@ class NetworkDriver(base.AbstractNetworkDriver):
             id=amphora.id, compute_id=amphora.compute_id,
             vrrp_ip=d['vrrp_ip'], ha_ip=d['ha_ip'],
             vrrp_port_id=d['vrrp_port_id'], ha_port_id=d['ha_port_id'])
+
+    # plug_vip, plug_network and wait_for_port_detach are Octavia 11's
+    # (its driver interface requires them; later releases dropped them).
 
     def plug_vip(self, load_balancer, vip):
         return [self.plug_aap_port(load_balancer, vip, amp, None)
@@ -197,7 +210,10 @@ class NetworkDriver(base.AbstractNetworkDriver):
 
     def create_port(self, network_id, name=None, fixed_ips=(),
                     secondary_ips=(), security_group_ids=(),
-                    admin_state_up=True, qos_policy_id=None):
+                    admin_state_up=True, qos_policy_id=None,
+                    vnic_type='normal'):
+        # vnic_type (Octavia 14 and later) is "normal" or SR-IOV's
+        # "direct"; the fabric's ports are all "normal".
         try:
             return fabric.to_port(fabric.call(
                 'network/create_port', network_id=network_id, name=name,
