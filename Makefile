@@ -202,13 +202,16 @@ test-vm-dib: deps deps-dib deb
 # tier to about twice its 17 idle minutes, and 60m leaves room beside
 # that for a few waits run long.
 # AMPHORA_VM_POWER_CYCLES (environment) sets the power-loss test's count;
-# 10 needs VM_TIMEOUT=90m.
+# 10 needs VM_TIMEOUT=90m. VM_MEMORY sets each guest's MiB (default 768;
+# VM_RUN picks tests, a -run pattern).
 VM_TIMEOUT ?= 60m
+VM_RUN ?= .
+VM_MEMORY ?=
 test-vm: deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-vm: skipped: needs root (taps, namespaces)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-vm: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
-	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) \
-		$(GO) test -count=1 -tags vm -p 1 -timeout $(VM_TIMEOUT) -v ./cmd/amphora-agent/tiers/vm/ 2>&1 | grep --line-buffered -v '^=== '
+	set -o pipefail; AMPHORA_AGENT_DEB=$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1) AMPHORA_VM_MEMORY_MB=$(VM_MEMORY) \
+		$(GO) test -count=1 -tags vm -p 1 -timeout $(VM_TIMEOUT) -run '$(value VM_RUN)' -v ./cmd/amphora-agent/tiers/vm/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Speed and memory figures, printed, never asserted: the cost of one
 # heartbeat (1 LB x 50 listeners x 200 members, `show stat` CSV to signed

@@ -53,7 +53,7 @@ func TestCloudScale(t *testing.T) {
 	boot := amphoraVMs(t)
 	perVM := boot.MemoryMB
 	if perVM == 0 {
-		perVM = vm.DefaultMemoryMB
+		perVM = vm.MemoryMB()
 	}
 	perVM += scaleVMOverheadMiB
 	avail := memAvailableMiB(t)

@@ -140,6 +140,9 @@ func TestCloudUpstreamAgent(t *testing.T) {
 		})
 	}
 	if t.Failed() {
+		for _, side := range sides {
+			logAgent(t, side)
+		}
 		t.FailNow()
 	}
 
@@ -292,8 +295,13 @@ func watchListenerChange(t *testing.T, cp *cloud.ControlPlane, sides []*agentSid
 func logAgent(t *testing.T, side *agentSide) {
 	script := "journalctl -u amphora-agent -o short-precise --no-pager | tail -n 60"
 	if side.name == "upstream" {
+		// Its HAProxy runs as a systemd unit of its own (haproxy-<lb>),
+		// whose failures only the unit's journal tells.
 		script = "tail -n 80 /var/log/octavia/octavia-agent.log; " +
-			"journalctl -u octavia-agent -o short-precise --no-pager | grep -E 'Error|Exception|Traceback|WARNING' | tail -n 20"
+			"journalctl -u octavia-agent -o short-precise --no-pager | grep -E 'Error|Exception|Traceback|WARNING' | tail -n 20; " +
+			"echo '--- haproxy units:'; journalctl -u 'haproxy-*' -o short-precise --no-pager | tail -n 40; " +
+			"sysctl fs.nr_open fs.file-max; ls /etc/sysctl.d /usr/lib/sysctl.d; systemctl show -p LimitNOFILE 'haproxy-*'; " +
+			"grep -h Limit /etc/systemd/system/haproxy-*.service"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -101,7 +101,7 @@ func Start(t testing.TB, img Image, o Options) *VM {
 		t.Fatal(err)
 	}
 	if o.MemoryMB == 0 {
-		o.MemoryMB = DefaultMemoryMB
+		o.MemoryMB = MemoryMB()
 	}
 	v := &VM{Name: o.Name, Dir: dir, t: t, img: img, opts: o}
 	t.Cleanup(func() {
@@ -342,8 +342,19 @@ func (v *VM) KeptJournal() string {
 	return string(data)
 }
 
-// DefaultMemoryMB is a VM's memory when Options.MemoryMB is zero.
+// DefaultMemoryMB is a VM's memory when neither Options.MemoryMB nor
+// AMPHORA_VM_MEMORY_MB says otherwise.
 const DefaultMemoryMB = 768
+
+// MemoryMB is a VM's memory when Options.MemoryMB is zero:
+// AMPHORA_VM_MEMORY_MB (the Makefile's VM_MEMORY, for runs with smaller
+// guests, such as 512) or DefaultMemoryMB.
+func MemoryMB() int {
+	if n, err := strconv.Atoi(os.Getenv("AMPHORA_VM_MEMORY_MB")); err == nil && n > 0 {
+		return n
+	}
+	return DefaultMemoryMB
+}
 
 // HostRSSKiB is what QEMU holds in the host's memory (its VmRSS), 0 when
 // it does not run.

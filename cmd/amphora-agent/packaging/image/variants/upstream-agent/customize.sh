@@ -35,3 +35,12 @@ cp "$here/../../../deb/55-octavia-socket.conf" "$root/etc/rsyslog.d/"
 if [ -d "$root/etc/apparmor.d/rsyslog.d" ]; then
 	cp "$here/apparmor-rsyslog-octavia" "$root/etc/apparmor.d/rsyslog.d/octavia"
 fi
+
+# Debian's octavia-agent ships sysctl settings (octavia-agent-sysctl.conf)
+# with fs.nr_open = 2097152, read after the image's 60-amphora.conf, below
+# the LimitNOFILE = 2600000 of the HAProxy unit its own agent writes:
+# trixie's systemd then refuses to start HAProxy (205/LIMITS), which
+# bookworm's did not. Upstream's image has no such file and sets 2600000
+# (haproxy-octavia element); so does this one, in a file whose name sorts
+# after Debian's (systemd-sysctl reads them in that order, the last wins).
+printf 'fs.nr_open = 2600000\n' >"$root/etc/sysctl.d/zz-amphora-nr-open.conf"
