@@ -36,20 +36,33 @@ func dropHTX(cfg []byte) ([]byte, int) {
 	if !bytes.Contains(cfg, []byte("http-use-htx")) {
 		return cfg, 0
 	}
+	return rewriteLines(cfg, true, func(line []byte) ([]byte, bool) {
+		return nil, htxLine.Match(line)
+	})
+}
+
+// rewriteLines passes each line of cfg (without its newline) to fix and
+// puts what fix returns in its place when fix says so; with drop, such a
+// line goes with its newline. It copies cfg only once a line changes, and
+// says how many did.
+func rewriteLines(cfg []byte, drop bool, fix func(line []byte) ([]byte, bool)) ([]byte, int) {
 	var out []byte
-	n, last := 0, 0
+	n, last := 0, 0 // cfg[last:] is not yet copied to out
 	for start := 0; start < len(cfg); {
 		end := len(cfg)
 		if i := bytes.IndexByte(cfg[start:], '\n'); i >= 0 {
 			end = start + i
 		}
 		next := min(end+1, len(cfg))
-		if htxLine.Match(cfg[start:end]) {
+		if fixed, ok := fix(cfg[start:end]); ok {
 			if out == nil {
-				out = make([]byte, 0, len(cfg))
+				out = make([]byte, 0, len(cfg)+64)
 			}
-			out = append(out, cfg[last:start]...)
-			last = next
+			out = append(append(out, cfg[last:start]...), fixed...)
+			last = end
+			if drop {
+				last = next
+			}
 			n++
 		}
 		start = next
@@ -85,27 +98,7 @@ func splitHTTPCheckHeaders(cfg []byte) ([]byte, int) {
 	if !bytes.Contains(cfg, []byte(`\r\n`)) {
 		return cfg, 0
 	}
-	var out []byte
-	n, last := 0, 0 // cfg[last:] is not yet copied to out
-	for start := 0; start < len(cfg); {
-		end := len(cfg)
-		if i := bytes.IndexByte(cfg[start:], '\n'); i >= 0 {
-			end = start + i
-		}
-		if fixed, ok := splitHTTPCheckLine(cfg[start:end]); ok {
-			if out == nil {
-				out = make([]byte, 0, len(cfg)+64)
-			}
-			out = append(append(out, cfg[last:start]...), fixed...)
-			last = end
-			n++
-		}
-		start = end + 1
-	}
-	if out == nil {
-		return cfg, 0
-	}
-	return append(out, cfg[last:]...), n
+	return rewriteLines(cfg, false, splitHTTPCheckLine)
 }
 
 // httpchkLine is `option httpchk METHOD URI VERSION\r\nHEADERS`: its

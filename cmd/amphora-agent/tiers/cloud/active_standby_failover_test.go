@@ -146,22 +146,30 @@ func unexplained(outages []cloud.Outage, moves []vipMove) []cloud.Outage {
 
 func (m vipMove) String() string { return m.at.Format("15:04:05.0") + " → " + m.port }
 
-func (s *scene) startSteady(t *testing.T) *steady {
-	t.Helper()
+// httpTraffic asks the HTTP listener on port 80 every 100 ms (each ask
+// given up after 10 s); an answer from anything but a member fails it.
+func (s *scene) httpTraffic() *cloud.Traffic {
 	quick := *s
 	client := *s.client
 	client.Timeout = 10 * time.Second
 	quick.client = &client
 	get := quick.httpAsk(80, "/")
-	const every, limit = 100 * time.Millisecond, 36000
+	return cloud.StartTraffic(func() error {
+		got, err := get()
+		if err == nil && !strings.HasPrefix(got, "member-") {
+			err = fmt.Errorf("answered %q", got)
+		}
+		return err
+	}, steadyEvery, steadyLimit)
+}
+
+const steadyEvery, steadyLimit = 100 * time.Millisecond, 36000
+
+func (s *scene) startSteady(t *testing.T) *steady {
+	t.Helper()
+	const every, limit = steadyEvery, steadyLimit
 	st := &steady{
-		http: cloud.StartTraffic(func() error {
-			got, err := get()
-			if err == nil && !strings.HasPrefix(got, "member-") {
-				err = fmt.Errorf("answered %q", got)
-			}
-			return err
-		}, every, limit),
+		http: s.httpTraffic(),
 		udp:  cloud.StartTraffic(echoAsk(s.cp.NS.UDPAsk, s.lb.VIPAddress, sceneUDP, "udp-member-"), every, limit),
 		sctp: cloud.StartTraffic(echoAsk(s.cp.NS.SCTPAsk, s.lb.VIPAddress, sceneSCTP, "sctp-member-"), every, limit),
 		vip:  s.watchVIP(),

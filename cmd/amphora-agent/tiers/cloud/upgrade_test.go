@@ -3,7 +3,6 @@
 package cloud_test
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -53,18 +52,7 @@ func TestCloudUpgrade(t *testing.T) {
 	}
 	checkRelease(t, s, old[0], "bookworm")
 
-	quick := *s
-	client := *s.client
-	client.Timeout = 10 * time.Second
-	quick.client = &client
-	get := quick.httpAsk(80, "/")
-	traffic := cloud.StartTraffic(func() error {
-		got, err := get()
-		if err == nil && !strings.HasPrefix(got, "member-") {
-			err = fmt.Errorf("answered %q", got)
-		}
-		return err
-	}, 100*time.Millisecond, 36000)
+	traffic := s.httpTraffic()
 	defer traffic.Stop()
 	began := time.Now()
 
