@@ -4,7 +4,8 @@
 # (ConfigDrive only), systemd-timesyncd, OpenSSH, HAProxy, keepalived,
 # ipvsadm, nftables, iproute2, qemu-guest-agent, netcat (the UDP health
 # check), ping (PING monitors), rsyslog and logrotate (HAProxy's logs), with
-# the settings upstream's image elements make. The agent is not in it:
+# the settings upstream's image elements make, and an initramfs of the root
+# disk's drivers only (files/initramfs-hook). The agent is not in it:
 # bake.sh makes the image an operator uploads from it and the package; the
 # VM tier boots it as it is and installs the package under test at boot
 # from a disk labelled amphora-pkg (amphora-test-package), so a new build
@@ -36,7 +37,7 @@ packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,netbase,h
 variant=${AMPHORA_IMAGE_VARIANT:-}
 hooks=()
 case "$variant" in
-"") ;;
+"") hooks=(--customize-hook="install -m 0755 \"$here/files/initramfs-hook\" \"\$1/etc/initramfs-tools/hooks/amphora-root-disk\" && echo MODULES=list >\"\$1/etc/initramfs-tools/conf.d/amphora.conf\" && chroot \"\$1\" update-initramfs -u -k all") ;;
 upstream-agent) hooks=(--customize-hook="$here/variants/$variant/customize.sh \"\$1\"") ;;
 *) echo "build.sh: unknown AMPHORA_IMAGE_VARIANT $variant" >&2; exit 1 ;;
 esac
