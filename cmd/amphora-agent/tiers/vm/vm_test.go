@@ -524,6 +524,19 @@ func writeSpec(t *testing.T, dir string, spec any) string {
 // upload and start an HTTP load balancer on the VIP.
 func startLB(t *testing.T, a *amphora, lvsSpec string, extra ...string) *ctrlutil.HAPController {
 	t.Helper()
+	ctl := lbController(t, a, append([]string{"--lvs-spec", lvsSpec}, extra...)...)
+	ctl.Run("create", nil)
+	ctl.Run("start", nil)
+	// The UDP and SCTP listeners join: one listener update sends all three.
+	ctl.Run("lvs-create", nil)
+	return ctl
+}
+
+// lbController starts the controller's driver for a's load balancer
+// (haproxy_controller_client.py, its arguments after extra's); its
+// journal is logged when the test fails.
+func lbController(t *testing.T, a *amphora, extra ...string) *ctrlutil.HAPController {
+	t.Helper()
 	args := []string{
 		"--amphora-id", a.env.AmphoraID, "--lb-network-ip", "127.0.0.1", "--port", strconv.Itoa(a.env.Port),
 		"--client-cert", a.env.ClientCert, "--server-ca", a.env.CAFile, "--workdir", t.TempDir(),
@@ -532,7 +545,6 @@ func startLB(t *testing.T, a *amphora, lvsSpec string, extra ...string) *ctrluti
 		"--vip", vmVIP, "--listener-port", "80", "--connection-limit", strconv.Itoa(ctrlutil.HAPConnLimit),
 		"--cert-id", ctrlutil.HAPCert,
 		"--member", fmt.Sprintf("%s,%s,%d", ctrlutil.HAPMemberIDs[0], vmServerIP, vmServerPort),
-		"--lvs-spec", lvsSpec,
 	}
 	ctl, _ := ctrlutil.StartHAPController(t, a.env, append(args, extra...)...)
 	t.Cleanup(func() {
@@ -543,10 +555,6 @@ func startLB(t *testing.T, a *amphora, lvsSpec string, extra ...string) *ctrluti
 			t.Logf("%s: the agent's and keepalived's journal:\n%s", a.Name, out)
 		}
 	})
-	ctl.Run("create", nil)
-	ctl.Run("start", nil)
-	// The UDP and SCTP listeners join: one listener update sends all three.
-	ctl.Run("lvs-create", nil)
 	return ctl
 }
 

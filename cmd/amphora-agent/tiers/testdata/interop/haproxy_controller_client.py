@@ -40,6 +40,7 @@ import os
 import sys
 import time
 import traceback
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import octavia_controller  # noqa: E402
@@ -73,6 +74,10 @@ def parse_args():
                    help='the HTTP pool has a PING health monitor (checked '
                         'every 2 s, DOWN after 2 failures, UP after 1 '
                         'success) instead of the sample HTTP one')
+    p.add_argument('--more-listeners', type=int, default=0,
+                   help='N more HTTP listeners, each with a pool of the '
+                        'same members, on the ports after --listener-port '
+                        '(a load balancer of many listeners)')
     p.add_argument('--cert-id', required=True,
                    help='id of the TLS container whose PEM is uploaded')
     # The TERMINATED_HTTPS phases (tls-*) only.
@@ -330,6 +335,16 @@ class Controller(object):
             monitor_expected_codes='200')._replace(
                 protocol_port=a.listener_port, load_balancer=lb,
                 default_pool=http_pool, pools=[http_pool]))
+        for i in range(1, a.more_listeners + 1):
+            lid, pid = (str(uuid.uuid5(uuid.UUID(a.listener_id), kind + str(i)))
+                        for kind in ('listener', 'pool'))
+            p = pool(pid, lid, [m[0] for m in self.members])
+            lb.listeners.append(s.sample_listener_tuple(
+                proto=self.constants.PROTOCOL_HTTP, id=lid,
+                connection_limit=a.connection_limit,
+                monitor_expected_codes='200')._replace(
+                    protocol_port=a.listener_port + i, load_balancer=lb,
+                    default_pool=p, pools=[p]))
         if tls:
             tls_pool = pool(a.tls_pool_id, a.tls_listener_id, a.tls_member)
             lb.listeners.append(s.sample_listener_tuple(
