@@ -3,6 +3,7 @@
 package vm_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -107,7 +108,9 @@ func TestVMBootToReady(t *testing.T) {
 	}
 	out.WriteString("\n")
 	for _, b := range images {
-		fmt.Fprintf(&out, "%s, last run: %s\n%s\n", b.name, strings.TrimSpace(results[b.name][len(results[b.name])-1].analyze), chains[b.name])
+		if rs := results[b.name]; len(rs) > 0 { // a failed boot has none
+			fmt.Fprintf(&out, "%s, last run: %s\n%s\n", b.name, strings.TrimSpace(rs[len(rs)-1].analyze), chains[b.name])
+		}
 	}
 	t.Logf("\n%s", out.String())
 }
@@ -124,15 +127,7 @@ func medianOf(vals []string) string {
 		v, _ := strconv.ParseFloat(strings.TrimRight(s, "sMiB"), 64)
 		figs = append(figs, fig{v, s})
 	}
-	slices.SortFunc(figs, func(a, b fig) int {
-		switch {
-		case a.v < b.v:
-			return -1
-		case a.v > b.v:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(figs, func(a, b fig) int { return cmp.Compare(a.v, b.v) })
 	if len(figs) == 0 {
 		return "-"
 	}
