@@ -116,20 +116,33 @@ const reasonNoAnswer = "no answer in time, the agent may be stuck"
 // does to a peer that is neither root nor its own user.
 var ErrRefused = errors.New("the agent closed the connection without an answer")
 
-// Serve answers every connection on a unix socket at path with the JSON
-// of live() and closes it, until ctx ends. The socket is 0600 from the
-// start (bound under a temporary name, then renamed into place) and a
-// peer that is neither root nor this process's user is refused, so that
-// only root reads it; it carries nothing but this one answer, and nothing
-// is listening on the network. A failed accept (out of file descriptors)
-// is tried again after a wait, of which retrying is told; only ctx ends
-// the server, so the socket stays while the agent runs.
-func Serve(ctx context.Context, path string, live func() Live, retrying func(err error, wait time.Duration)) error {
+// Socket is the status socket, bound and in place under its name.
+type Socket struct {
+	ln   *net.UnixListener
+	path string
+}
+
+// Listen binds the status socket at path. It is 0600 from the start
+// (bound under a temporary name, then renamed into place), and it is
+// there once Listen returns: the agent binds it before its API answers,
+// so `amphora-agent status` finds it as soon as the controller could.
+func Listen(path string) (*Socket, error) {
 	ln, err := listen(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return serve(ctx, ln, path, live, retrying)
+	return &Socket{ln: ln, path: path}, nil
+}
+
+// Serve answers every connection with the JSON of live() and closes it,
+// until ctx ends; then the socket goes. A peer that is neither root nor
+// this process's user is refused, so that only root reads it; it carries
+// nothing but this one answer, and nothing is listening on the network.
+// A failed accept (out of file descriptors) is tried again after a wait,
+// of which retrying is told; only ctx ends the server, so the socket
+// stays while the agent runs.
+func (s *Socket) Serve(ctx context.Context, live func() Live, retrying func(err error, wait time.Duration)) error {
+	return serve(ctx, s.ln, s.path, live, retrying)
 }
 
 func serve(ctx context.Context, ln net.Listener, path string, live func() Live, retrying func(error, time.Duration)) error {

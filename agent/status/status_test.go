@@ -257,7 +257,11 @@ func TestServeFetch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), SocketName)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, path, func() Live { return *fakeLive() }, nil) }()
+	sock, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- sock.Serve(ctx, func() Live { return *fakeLive() }, nil) }()
 	var live *Live
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -217,14 +217,20 @@ func (p *process) startBackground() {
 		log.Debug("returned freed memory", zap.Uint64("reclaimable_bytes", n))
 	}})
 	p.bg.start("memory trim", func() error { p.trim.Run(ctx); return nil })
-	// `amphora-agent status` asks on a root-only unix socket; a failure
-	// to offer it is logged and changes nothing else.
-	p.bg.start("status socket", func() error {
-		if err := cli.ServeStatus(ctx, p.a, p.heartbeat, p.a.Config(), log.Named("status")); err != nil {
-			log.Warn("status socket not available", zap.Error(err))
-		}
-		return nil
-	})
+	// `amphora-agent status` asks on a root-only unix socket, bound here
+	// before the API listens so that it is there once the agent answers
+	// (and before READY=1); a failure to offer it is logged and changes
+	// nothing else.
+	if sock, err := cli.ListenStatus(p.a.Config(), log.Named("status")); err != nil {
+		log.Warn("status socket not available", zap.Error(err))
+	} else {
+		p.bg.start("status socket", func() error {
+			if err := cli.ServeStatus(ctx, sock, p.a, p.heartbeat, p.a.Config(), log.Named("status")); err != nil {
+				log.Warn("status socket failed", zap.Error(err))
+			}
+			return nil
+		})
+	}
 	// Heartbeats: the first at once, then every heartbeat_interval; key,
 	// destinations and interval follow PUT /1.0/config and SIGHUP.
 	p.live.HeartbeatStarted(time.Now())

@@ -90,9 +90,23 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	return healthExit[r.Health.State]
 }
 
-// ServeStatus answers `amphora-agent status` on base_path/status.sock
-// until ctx ends.
-func ServeStatus(ctx context.Context, a *agent.Agent, hb *health.Sender, cfg *config.Config, log *zap.Logger) error {
+// ListenStatus binds base_path/status.sock for `amphora-agent status`;
+// ServeStatus answers on it until ctx ends.
+func ListenStatus(cfg *config.Config, log *zap.Logger) (*status.Socket, error) {
+	path := status.SocketPath(cfg)
+	if err := os.MkdirAll(cfg.BasePath, 0o755); err != nil {
+		return nil, err
+	}
+	sock, err := status.Listen(path)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("status socket", zap.String("path", path))
+	return sock, nil
+}
+
+// ServeStatus answers `amphora-agent status` on sock until ctx ends.
+func ServeStatus(ctx context.Context, sock *status.Socket, a *agent.Agent, hb *health.Sender, cfg *config.Config, log *zap.Logger) error {
 	where := logDestination(cfg.UseSyslog)
 	live := func() status.Live {
 		l := a.Live()
@@ -102,12 +116,7 @@ func ServeStatus(ctx context.Context, a *agent.Agent, hb *health.Sender, cfg *co
 			LastResult: s.LastResult, Seq: s.Seq, Suppressed: s.Suppressed}
 		return l
 	}
-	path := status.SocketPath(cfg)
-	if err := os.MkdirAll(cfg.BasePath, 0o755); err != nil {
-		return err
-	}
-	log.Info("status socket", zap.String("path", path))
-	return status.Serve(ctx, path, live, func(err error, wait time.Duration) {
+	return sock.Serve(ctx, live, func(err error, wait time.Duration) {
 		log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("in", wait))
 	})
 }
