@@ -31,7 +31,7 @@ DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl sud
 CLOUD_PACKAGES := mariadb-server rabbitmq-server dnsmasq-base octavia-api octavia-worker octavia-health-manager octavia-housekeeping python3-openstackclient python3-octaviaclient
 CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 
-.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot deps deps-cloud deps-dib vet bench fuzz soak flakes clean
+.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot openstack-root deps deps-cloud deps-dib vet bench fuzz soak flakes clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -170,6 +170,17 @@ test-cloud: deps-cloud deb
 	octavia_root=; if [ "$(OCTAVIA_SUITE)" != bookworm ]; then octavia_root=$$($(OCTAVIA_ROOT) $(OCTAVIA_SUITE)) || exit 1; fi; \
 	set -o pipefail; AMPHORA_IMAGE=$$image AMPHORA_OCTAVIA_ROOT=$$octavia_root \
 		$(GO) test -count=1 -tags cloud -p 1 -timeout $(CLOUD_TIMEOUT) -run '$(value CLOUD_RUN)' -skip '$(value CLOUD_SKIP)' -v ./cmd/amphora-agent/tiers/cloud/ 2>&1 | grep --line-buffered -v '^=== '
+
+# The root file system of the coming real-OpenStack tier (issue 36, not
+# in make test): trixie's Keystone, Glance, Placement, Nova (libvirt,
+# QEMU), Neutron (Open vSwitch), Octavia, tempest and
+# octavia-tempest-plugin, MariaDB and RabbitMQ, installed and not
+# configured; built once and cached (cmd/amphora-agent/tiers/internal/
+# openstack/README.md). Prints its folder.
+OPENSTACK_ROOT := cmd/amphora-agent/tiers/internal/openstack/openstack-root.sh
+openstack-root:
+	@if [ "$$(id -u)" != 0 ]; then echo "openstack-root: needs root (mmdebstrap, chroot)"; exit 1; fi; \
+	$(OPENSTACK_ROOT) trixie
 
 # Octavia's upgrade under a serving load balancer (opt-in,
 # TestCloudUpgrade): the host's Octavia 11 with a bookworm amphora

@@ -20,17 +20,9 @@ trixie) ;;
 *) echo "octavia-root.sh: no control plane root for $suite (the host's Octavia serves bookworm)" >&2; exit 1 ;;
 esac
 packages=octavia-api,octavia-worker,octavia-health-manager,octavia-housekeeping,python3-pymysql
-key=$({ echo "$suite"; cat "$0" "$here/debconf-preseed.txt"; } | sha256sum | cut -c1-16)
-out=$cache/octavia-root-$suite-$key
-[ -f "$out/.complete" ] && { echo "$out"; exit 0; }
-mkdir -p "$cache"
-exec 9>"$cache/.octavia-root-$suite.lock"
-flock 9
-[ -f "$out/.complete" ] && { echo "$out"; exit 0; }
-command -v mmdebstrap >/dev/null || { echo "octavia-root.sh: mmdebstrap is missing (make deps installs it)" >&2; exit 1; }
-
-work=$(mktemp -d "$cache/octavia-root.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=../root-cache.sh
+. "$here/../root-cache.sh"
+root_cache octavia-root "$suite" "$cache" "$0" "$here/debconf-preseed.txt"
 start=$(date +%s)
 # The packages' configure questions are answered "no" before they are
 # unpacked (the essential hook runs before --include's packages).
@@ -42,7 +34,4 @@ mmdebstrap --variant=minbase --components=main --include="$packages" \
 	>"$work/mmdebstrap.log" 2>&1 || { tail -30 "$work/mmdebstrap.log" >&2; exit 1; }
 chroot "$work/root" dpkg-query -W -f='${Version}\n' python3-octavia >"$work/root/.octavia-version"
 echo "octavia-root.sh: Octavia $(cat "$work/root/.octavia-version") on Debian $suite, $(du -sh "$work/root" | cut -f1), built in $(($(date +%s) - start))s" >&2
-rm -rf "$out"
-mv "$work/root" "$out"
-touch "$out/.complete"
-echo "$out"
+root_done
