@@ -116,10 +116,12 @@ keystone-manage bootstrap --bootstrap-password $pw --bootstrap-admin-url $keysto
 	--bootstrap-public-url $keystone/v3/ --bootstrap-internal-url $keystone/v3/ --bootstrap-region-id RegionOne
 step "keystone database"
 
-# wsgi NAME PORT SCRIPT: an API under uWSGI, one process, four threads.
+# wsgi NAME PORT SCRIPT [PROCESSES THREADS]: an API under uWSGI, by
+# default one process of four threads.
 wsgi() {
 	service "$1" uwsgi --plugin python3 --http11-socket "127.0.0.1:$2" --wsgi-file "$3" --master \
-		--processes 1 --threads 4 --lazy-apps --die-on-term --need-app --buffer-size 65535
+		--processes "${4:-1}" --threads "${5:-4}" --enable-threads --lazy-apps --die-on-term --need-app \
+		--buffer-size 65535
 }
 wsgi keystone 5000 /usr/bin/keystone-wsgi-public
 until_ok 60 "keystone answers" curl -sf $keystone/v3
@@ -357,7 +359,13 @@ service libvirtd libvirtd
 # --- The services -----------------------------------------------------------
 service glance-api glance-api --config-file /etc/glance/glance-api.conf
 wsgi placement 8778 /usr/bin/placement-api
-wsgi nova-api 8774 /usr/bin/nova-api-wsgi
+# One thread per process, as Debian's own nova-api-uwsgi.ini has it. nova-api
+# runs on eventlet, whose hub is per thread: the RPC reply poller lives in
+# the thread that made the process's first call, and a call waiting in
+# another thread never sees its reply (interface attach, Octavia's VIP
+# plug, ended in MessagingTimeout whenever uWSGI picked another thread,
+# though nova-compute had answered within seconds).
+wsgi nova-api 8774 /usr/bin/nova-api-wsgi 2 1
 service neutron-server neutron-server --config-file /etc/neutron/neutron.conf \
 	--config-file /etc/neutron/plugins/ml2/ml2_conf.ini
 service nova-conductor nova-conductor --config-file /etc/nova/nova.conf
@@ -377,6 +385,90 @@ export OS_CLOUD=admin
 until_ok 300 "nova-compute is up" sh -c 'openstack compute service list --service nova-compute -f value -c State | grep -qx up'
 nova-manage cell_v2 discover_hosts >>$log/discover.log 2>&1
 until_ok 300 "neutron agents are alive" sh -c '[ "$(openstack network agent list -f value -c Alive | grep -c True)" -ge 3 ]'
+
+# --- What an operator sets up for Octavia ------------------------------------
+# The amphorae's management network: flat on br-mgmt, where the controller
+# (the health manager, the worker's REST client) is 198.51.100.1.
+openstack network create --project service --provider-network-type flat --provider-physical-network mgmt lb-mgmt-net -f value -c id >/aa/mgmt-net
+openstack subnet create --network lb-mgmt-net --subnet-range 198.51.100.0/24 --gateway none \
+	--allocation-pool start=198.51.100.10,end=198.51.100.250 lb-mgmt-subnet >/dev/null
+openstack security group create --project service lb-mgmt-sec-grp -f value -c id >/aa/mgmt-sg
+openstack security group rule create --protocol tcp --dst-port 9443 "$(cat /aa/mgmt-sg)" >/dev/null
+openstack security group rule create --protocol icmp "$(cat /aa/mgmt-sg)" >/dev/null
+# The floating IPs' network: flat on br-ex, whose own port is the router
+# "outside the cloud".
+openstack network create --external --provider-network-type flat --provider-physical-network public public >/dev/null
+openstack subnet create --network public --subnet-range 203.0.113.0/24 --gateway 203.0.113.1 --no-dhcp \
+	--allocation-pool start=203.0.113.100,end=203.0.113.200 public-subnet >/dev/null
+openstack flavor create --id amphora --vcpus 1 --ram "${AMPHORA_RAM_MB:-1024}" --disk 3 --private --project service amphora >/dev/null
+step "management and public networks, amphora flavor"
+if [ -e /aa/amphora.qcow2 ]; then
+	openstack image create --disk-format qcow2 --container-format bare --private --tag amphora \
+		--property hw_architecture=x86_64 --file /aa/amphora.qcow2 amphora -f value -c id >/aa/amphora-image
+	step "amphora image in glance"
+fi
+
+# --- Octavia ------------------------------------------------------------------
+# Its CA signs each amphora's server certificate (local_cert_generator) and
+# the controller's client certificate.
+c=/etc/octavia/certs
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=aa-openstack-ca -keyout $c/ca.key -out $c/ca.pem 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=octavia-controller -keyout $c/client.key -out $c/client.csr 2>/dev/null
+openssl x509 -req -in $c/client.csr -CA $c/ca.pem -CAkey $c/ca.key -CAcreateserial -days 30 -out $c/client.crt 2>/dev/null
+cat $c/client.crt $c/client.key >$c/client.pem
+chmod 600 $c/*.key $c/client.pem
+cat >/etc/octavia/octavia.conf <<EOF
+[DEFAULT]
+transport_url = $rabbit
+[api_settings]
+bind_host = 127.0.0.1
+bind_port = 9876
+auth_strategy = keystone
+default_provider_driver = amphora
+enabled_provider_drivers = amphora:The Octavia Amphora driver.
+[database]
+connection = $(db octavia)
+[health_manager]
+bind_ip = 198.51.100.1
+bind_port = 5555
+controller_ip_port_list = 198.51.100.1:5555
+heartbeat_key = aa-heartbeat-key
+[controller_worker]
+amphora_driver = amphora_haproxy_rest_driver
+compute_driver = compute_nova_driver
+network_driver = allowed_address_pairs_driver
+image_driver = image_glance_driver
+loadbalancer_topology = ${OCTAVIA_TOPOLOGY:-SINGLE}
+amp_image_tag = amphora
+amp_flavor_id = amphora
+amp_boot_network_list = $(cat /aa/mgmt-net)
+amp_secgroup_list = $(cat /aa/mgmt-sg)
+client_ca = $c/ca.pem
+[certificates]
+cert_generator = local_cert_generator
+ca_certificate = $c/ca.pem
+ca_private_key = $c/ca.key
+server_certs_key_passphrase = aa-openstack-passphrase-32-bytes
+[haproxy_amphora]
+client_cert = $c/client.pem
+server_ca = $c/ca.pem
+[nova]
+enable_anti_affinity = false
+[oslo_messaging]
+topic = octavia_prov
+[oslo_concurrency]
+lock_path = /var/lock/octavia
+[task_flow]
+jobboard_enabled = false
+$(auth keystone_authtoken octavia)
+$(auth service_auth octavia)
+EOF
+sync octavia octavia-db-manage --config-file /etc/octavia/octavia.conf upgrade head
+wsgi octavia-api 9876 /usr/bin/octavia-wsgi
+service octavia-worker octavia-worker --config-file /etc/octavia/octavia.conf
+service octavia-health-manager octavia-health-manager --config-file /etc/octavia/octavia.conf
+service octavia-housekeeping octavia-housekeeping --config-file /etc/octavia/octavia.conf
+until_ok 120 "octavia answers" curl -sf http://127.0.0.1:9876/
 
 step "ready"
 touch /aa/ready

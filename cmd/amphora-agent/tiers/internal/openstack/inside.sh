@@ -31,4 +31,9 @@ mknod -m 666 "$r/dev/net/tun" c 10 200
 ln -s /proc/self/fd "$r/dev/fd"
 hostname aa-openstack
 cp "$here/boot.sh" "$r/aa/boot.sh"
+# The image Octavia boots, uploaded to Glance by boot.sh.
+if [ -n "${AMPHORA_IMAGE:-}" ]; then
+	touch "$r/aa/amphora.qcow2"
+	mount --bind -o ro "$AMPHORA_IMAGE" "$r/aa/amphora.qcow2"
+fi
 exec chroot "$r" /bin/bash /aa/boot.sh
