@@ -89,7 +89,7 @@ for br in br-mgmt br-ex br-tenant; do
 	ovs-vsctl add-br $br -- set Bridge $br datapath_type=netdev
 	ip link set $br up
 done
-ip address add 198.51.100.1/24 dev br-mgmt
+ip address add 198.51.100.1/25 dev br-mgmt
 ip address add 203.0.113.1/24 dev br-ex
 
 until_ok 120 "rabbitmq answers" env HOME=/var/lib/rabbitmq /usr/lib/rabbitmq/bin/rabbitmqctl -n rabbit@localhost await_startup
@@ -139,6 +139,16 @@ clouds:
       project_domain_name: Default
     region_name: RegionOne
     identity_api_version: 3
+  demo:
+    auth:
+      auth_url: $keystone/v3
+      username: demo
+      password: $pw
+      project_name: demo
+      user_domain_name: Default
+      project_domain_name: Default
+    region_name: RegionOne
+    identity_api_version: 3
 EOF
 
 # Services, endpoints and service users in one Python process: the CLI
@@ -161,6 +171,11 @@ for name, kind, port, path in apis:
     svc = c.identity.create_service(name=name, type=kind)
     for iface in ("public", "internal", "admin"):
         c.identity.create_endpoint(service_id=svc.id, interface=iface, url="http://127.0.0.1:%d%s" % (port, path), region_id="RegionOne")
+# A user of the cloud, with nothing but the member role in a project of
+# their own: the tests' "user's door".
+demo = c.identity.create_project(name="demo", domain_id="default")
+user = c.identity.create_user(name="demo", password="$pw", domain_id="default", default_project_id=demo.id)
+c.identity.assign_project_role_to_user(demo, user, roles["member"])
 EOF
 step "keystone users and endpoints"
 
@@ -390,8 +405,8 @@ until_ok 300 "neutron agents are alive" sh -c '[ "$(openstack network agent list
 # The amphorae's management network: flat on br-mgmt, where the controller
 # (the health manager, the worker's REST client) is 198.51.100.1.
 openstack network create --project service --provider-network-type flat --provider-physical-network mgmt lb-mgmt-net -f value -c id >/aa/mgmt-net
-openstack subnet create --network lb-mgmt-net --subnet-range 198.51.100.0/24 --gateway none \
-	--allocation-pool start=198.51.100.10,end=198.51.100.250 lb-mgmt-subnet >/dev/null
+openstack subnet create --network lb-mgmt-net --subnet-range 198.51.100.0/25 --gateway none \
+	--allocation-pool start=198.51.100.10,end=198.51.100.120 lb-mgmt-subnet >/dev/null
 openstack security group create --project service lb-mgmt-sec-grp -f value -c id >/aa/mgmt-sg
 openstack security group rule create --protocol tcp --dst-port 9443 "$(cat /aa/mgmt-sg)" >/dev/null
 openstack security group rule create --protocol icmp "$(cat /aa/mgmt-sg)" >/dev/null
@@ -402,11 +417,14 @@ openstack subnet create --network public --subnet-range 203.0.113.0/24 --gateway
 	--allocation-pool start=203.0.113.100,end=203.0.113.200 public-subnet >/dev/null
 openstack flavor create --id amphora --vcpus 1 --ram "${AMPHORA_RAM_MB:-1024}" --disk 3 --private --project service amphora >/dev/null
 step "management and public networks, amphora flavor"
-if [ -e /aa/amphora.qcow2 ]; then
-	openstack image create --disk-format qcow2 --container-format bare --private --tag amphora \
-		--property hw_architecture=x86_64 --file /aa/amphora.qcow2 amphora -f value -c id >/aa/amphora-image
-	step "amphora image in glance"
-fi
+# Octavia boots the image tagged amphora; the tests move the tag to
+# compare images.
+for name in amphora upstream-agent; do
+	[ -e /aa/$name.qcow2 ] || continue
+	openstack image create --disk-format qcow2 --container-format bare --private --project service --tag $name \
+		--property hw_architecture=x86_64 --file /aa/$name.qcow2 $name -f value -c id >/aa/$name-image
+	step "image $name in glance"
+done
 
 # --- Octavia ------------------------------------------------------------------
 # Its CA signs each amphora's server certificate (local_cert_generator) and
@@ -469,6 +487,10 @@ service octavia-worker octavia-worker --config-file /etc/octavia/octavia.conf
 service octavia-health-manager octavia-health-manager --config-file /etc/octavia/octavia.conf
 service octavia-housekeeping octavia-housekeeping --config-file /etc/octavia/octavia.conf
 until_ok 120 "octavia answers" curl -sf http://127.0.0.1:9876/
+# An Octavia flavor for users who want a pair of amphorae.
+openstack loadbalancer flavorprofile create --name active-standby --provider amphora \
+	--flavor-data '{"loadbalancer_topology": "ACTIVE_STANDBY"}' >/dev/null
+openstack loadbalancer flavor create --name active-standby --flavorprofile active-standby --enable >/dev/null
 
 step "ready"
 touch /aa/ready

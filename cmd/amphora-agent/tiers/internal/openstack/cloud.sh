@@ -4,6 +4,8 @@
 #
 #   cloud.sh up DIR ROOT     start it (ROOT: openstack-root.sh's folder) and
 #                            wait until every service answers
+#   cloud.sh run DIR ROOT    the same in the foreground, without waiting: the
+#                            cloud lives as long as this process (tests)
 #   cloud.sh exec DIR CMD…   run CMD inside it (its root, network, PIDs)
 #   cloud.sh down DIR        stop everything it started and remove DIR
 #
@@ -28,17 +30,23 @@ init_pid() {
 }
 
 case "$cmd" in
-up)
-	root=${1:?usage: cloud.sh up DIR ROOT}
+run)
+	root=${1:?usage: cloud.sh run DIR ROOT}
 	[ -e "$root/.complete" ] || { echo "cloud.sh: $root is not a finished openstack-root.sh build" >&2; exit 1; }
+	mkdir -p "$dir"
+	dir=$(cd "$dir" && pwd)
+	echo $$ >"$dir/unshare.pid"
+	exec unshare --pid --fork --kill-child --mount --uts --ipc --net --propagation private \
+		"$here/inside.sh" "$dir" "$root" "$here" </dev/null >"$dir/inside.log" 2>&1
+	;;
+up)
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	timeout=${OPENSTACK_UP_TIMEOUT:-1200}
 	# setsid: its own session, so a terminal's signals reach only the caller.
-	setsid unshare --pid --fork --kill-child --mount --uts --ipc --net --propagation private \
-		"$here/inside.sh" "$dir" "$root" "$here" </dev/null >"$dir/inside.log" 2>&1 &
-	echo $! >"$dir/unshare.pid"
+	setsid "$0" run "$dir" "$@" &
 	start=$(date +%s)
+	until [ -s "$dir/unshare.pid" ]; do sleep 0.1; done
 	state=$dir/upper/aa
 	while :; do
 		if [ -e "$state/ready" ]; then

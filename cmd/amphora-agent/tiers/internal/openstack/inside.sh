@@ -30,10 +30,12 @@ mount -t tmpfs tmpfs "$r/dev/shm"
 mknod -m 666 "$r/dev/net/tun" c 10 200
 ln -s /proc/self/fd "$r/dev/fd"
 hostname aa-openstack
-cp "$here/boot.sh" "$r/aa/boot.sh"
-# The image Octavia boots, uploaded to Glance by boot.sh.
-if [ -n "${AMPHORA_IMAGE:-}" ]; then
-	touch "$r/aa/amphora.qcow2"
-	mount --bind -o ro "$AMPHORA_IMAGE" "$r/aa/amphora.qcow2"
-fi
+cp "$here/boot.sh" "$here/tempest.sh" "$r/aa/"
+# The images boot.sh uploads to Glance: the one under test, and the
+# Python agent's to compare with.
+for pair in "amphora:${AMPHORA_IMAGE:-}" "upstream-agent:${AMPHORA_UPSTREAM_IMAGE:-}"; do
+	[ -n "${pair#*:}" ] || continue
+	touch "$r/aa/${pair%%:*}.qcow2"
+	mount --bind -o ro "${pair#*:}" "$r/aa/${pair%%:*}.qcow2"
+done
 exec chroot "$r" /bin/bash /aa/boot.sh
