@@ -31,7 +31,7 @@ DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl sud
 CLOUD_PACKAGES := mariadb-server rabbitmq-server dnsmasq-base octavia-api octavia-worker octavia-health-manager octavia-housekeeping python3-openstackclient python3-octaviaclient
 CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 
-.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot openstack-root deps deps-cloud deps-dib vet bench fuzz soak flakes clean
+.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot openstack-root member-image test-member-image deps deps-cloud deps-dib vet bench fuzz soak flakes clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -181,6 +181,29 @@ OPENSTACK_ROOT := cmd/amphora-agent/tiers/internal/openstack/openstack-root.sh
 openstack-root:
 	@if [ "$$(id -u)" != 0 ]; then echo "openstack-root: needs root (mmdebstrap, chroot)"; exit 1; fi; \
 	$(OPENSTACK_ROOT) trixie
+
+# The member image of the same tier: the small Debian VM that
+# octavia-tempest-plugin's traffic tests boot as their web servers (in
+# place of Cirros) and set up over SSH as user debian; built once and
+# cached (same README). Prints the qcow2's path.
+MEMBER_IMAGE := cmd/amphora-agent/tiers/internal/openstack/member-image.sh
+member-image:
+	@if [ "$$(id -u)" != 0 ]; then echo "member-image: needs root (mmdebstrap, chroot)"; exit 1; fi; \
+	$(MEMBER_IMAGE)
+
+# That image proven alone (opt-in, not in make test): TestMemberImage
+# boots it under TCG with a Nova-like config drive and does the plugin's
+# steps over SSH with the plugin's own test_server.bin (from the
+# OpenStack root, built first if it is not cached). MEMBER_MEMORY sets
+# the VM's MiB (default 256).
+MEMBER_MEMORY ?=
+TEST_SERVER_BIN := usr/lib/python3/dist-packages/octavia_tempest_plugin/contrib/test_server/test_server.bin
+test-member-image: deps
+	@if [ "$$(id -u)" != 0 ]; then echo "test-member-image: needs root (mmdebstrap, chroot)"; exit 1; fi; \
+	image=$$($(MEMBER_IMAGE)) || exit 1; \
+	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \
+	set -o pipefail; AMPHORA_MEMBER_IMAGE=$$image AMPHORA_TEST_SERVER=$$root/$(TEST_SERVER_BIN) AMPHORA_MEMBER_MEMORY_MB=$(MEMBER_MEMORY) \
+		$(GO) test -count=1 -tags openstack -timeout 20m -run '^TestMember' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Octavia's upgrade under a serving load balancer (opt-in,
 # TestCloudUpgrade): the host's Octavia 11 with a bookworm amphora
