@@ -24,14 +24,14 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suite=trixie
 # linux-image-cloud-amd64: the kernel flavour for VMs, a fraction of the
 # generic one's modules.
-packages=systemd-sysv,udev,linux-image-cloud-amd64,initramfs-tools,kmod,grub-pc-bin,passwd,netbase,iproute2,openssh-server,sudo,screen,jq
+packages=systemd-sysv,udev,linux-image-cloud-amd64,initramfs-tools,busybox-static,kmod,grub-pc-bin,passwd,netbase,iproute2,openssh-server,sudo,screen,jq
 # shellcheck source=../../../packaging/image/disk.sh
 . "$images/disk.sh"
 # shellcheck source=../root-cache.sh
 . "$here/../root-cache.sh"
 
 build() {
-	root_cache member-image "$suite" "$cache" "$0" "$here"/member/* "$images/disk.sh" "$images/files/initramfs-hook"
+	root_cache member-image "$suite" "$cache" "$0" "$here"/member/* "$images/disk.sh"
 	local start fs
 	start=$(date +%s)
 	fs=$work/fs
