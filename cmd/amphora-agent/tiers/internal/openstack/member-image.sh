@@ -7,13 +7,14 @@
 # `sudo screen -d -m`. So the image boots under TCG in a small flavor
 # with only what that needs: systemd, udev, systemd-networkd (eth0 by
 # DHCP and router advertisements), OpenSSH (scp and SFTP), sudo, screen,
-# iproute2, and member-boot, which installs the config drive's key pair
-# for the login user `debian` (member/, README.md in this folder).
+# iproute2, jq, and member-boot, which installs the config drive's key
+# pair for the login user `debian`; a busybox initramfs; only the kernel
+# modules it loads (member/, README.md in this folder).
 #
 # Usage: member-image.sh [cache-dir]   (default /var/tmp/amphora-agent-image)
 # Prints the path of the qcow2 image, in a folder named after a hash of
-# its inputs (this script, member/, and the disk builder and initramfs
-# hook it shares with the amphora image): same inputs, no build.
+# its inputs (this script, member/, and the disk builder it shares with
+# the amphora image): same inputs, no build.
 set -euo pipefail
 shopt -s inherit_errexit
 
