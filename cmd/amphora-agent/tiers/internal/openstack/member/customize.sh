@@ -54,6 +54,16 @@ run systemctl mask systemd-logind.service getty@.service serial-getty@.service g
 	modprobe@.service kmod-static-nodes.service systemd-update-utmp.service \
 	systemd-update-utmp-runlevel.service grub-common.service systemd-network-generator.service >/dev/null 2>&1
 
+# systemd's generators run at each start: those of features a member
+# lacks (GPT auto-mounts, hibernation, TPM, SysV scripts, rc.local,
+# offline updates, gettys, sshd on AF_VSOCK) are masked. sshd's config
+# test before each start is dropped: the config is the image's.
+mkdir -p "$root/etc/systemd/system-generators" "$root/etc/systemd/system/ssh.service.d"
+for gen in gpt-auto hibernate-resume tpm2 sysv rc-local system-update getty ssh; do
+	ln -sf /dev/null "$root/etc/systemd/system-generators/systemd-$gen-generator"
+done
+printf '[Service]\nExecStartPre=\n' >"$root/etc/systemd/system/ssh.service.d/member.conf"
+
 # udev would load KVM's modules for the emulated CPU's flags: 1.5 MB of
 # code no member runs.
 printf 'blacklist kvm\nblacklist kvm_amd\nblacklist kvm_intel\n' >"$root/etc/modprobe.d/member-no-kvm.conf"
