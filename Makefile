@@ -17,8 +17,9 @@ export AMPHORA_IMAGE_SUITE := $(SUITE)
 
 # Debian packages the system and interop tiers drive for real; mmdebstrap
 # makes the chroot the package is installed in, and the amphora images
-# (kept compressed with zstd).
-TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso zstd
+# (kept compressed with zstd); the member image's test logs in with
+# OpenSSH and makes vfat config drives (dosfstools, mtools).
+TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso zstd openssh-client dosfstools mtools
 
 # diskimage-builder and what it runs, for the image built as upstream
 # builds its own (make image-dib, test-vm-dib); diskimage-builder calls
@@ -192,10 +193,10 @@ member-image:
 	$(MEMBER_IMAGE)
 
 # That image proven alone (opt-in, not in make test): TestMemberImage
-# boots it under TCG with a Nova-like config drive and does the plugin's
-# steps over SSH with the plugin's own test_server.bin (from the
-# OpenStack root, built first if it is not cached). MEMBER_MEMORY sets
-# the VM's MiB (default 256).
+# boots it under TCG with a Nova-like config drive (ISO 9660, then vfat)
+# and does the plugin's steps over SSH with the plugin's own
+# test_server.bin (from the OpenStack root, built first if it is not
+# cached). MEMBER_MEMORY sets the VM's MiB (default 256).
 MEMBER_MEMORY ?=
 TEST_SERVER_BIN := usr/lib/python3/dist-packages/octavia_tempest_plugin/contrib/test_server/test_server.bin
 test-member-image: deps

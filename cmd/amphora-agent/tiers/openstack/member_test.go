@@ -70,7 +70,7 @@ func TestMemberImage(t *testing.T) {
 	if image == "" || server == "" {
 		t.Skip("AMPHORA_MEMBER_IMAGE (member-image.sh's qcow2) and AMPHORA_TEST_SERVER (the plugin's test_server.bin) are unset: make test-member-image sets them")
 	}
-	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "xorriso", "ssh", "scp", "ssh-keygen"} {
+	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "xorriso", "mkfs.vfat", "mcopy", "ssh", "scp", "ssh-keygen"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing (make deps installs it)", tool)
 		}
@@ -79,7 +79,16 @@ func TestMemberImage(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("AMPHORA_MEMBER_MEMORY_MB")); err == nil && n > 0 {
 		memory = n
 	}
-	m := bootMember(t, image, memory)
+	// Nova writes the config drive in either format (config_drive_format)
+	// and attaches an ISO 9660 drive as a CD-ROM, a vfat one as a disk.
+	// One VM at a time.
+	for _, format := range []string{"iso9660", "vfat"} {
+		t.Run(format, func(t *testing.T) { testMember(t, image, server, memory, format) })
+	}
+}
+
+func testMember(t *testing.T, image, server string, memory int, driveFormat string) {
+	m := bootMember(t, image, memory, driveFormat)
 
 	// Boot to SSH, timed from QEMU's start: the plugin's first step,
 	// RemoteClient.validate_authentication, as tempest retries it.
@@ -93,7 +102,7 @@ func TestMemberImage(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("boot to SSH login: %s (TCG, %d MiB)", time.Since(start).Round(100*time.Millisecond), memory)
+	t.Logf("boot to SSH login: %s (TCG, %d MiB, %s config drive)", time.Since(start).Round(100*time.Millisecond), memory, driveFormat)
 
 	// _enable_ipv6_nic_webserver: an address of the member's IPv6 subnet
 	// added by hand, as Cirros needs.
@@ -143,10 +152,10 @@ func TestMemberImage(t *testing.T) {
 
 // bootMember starts the image on a qcow2 overlay with a config drive as
 // Nova writes it for a server with a key pair (a fresh RSA key, as
-// tempest's key pairs are), its NIC on QEMU user networking (DHCP from
-// memberNet4, router advertisements of memberNet6). QEMU is killed and
-// everything removed in t.Cleanup.
-func bootMember(t *testing.T, image string, memoryMB int) *member {
+// tempest's key pairs are), in driveFormat (iso9660 or vfat), its NIC on
+// QEMU user networking (DHCP from memberNet4, router advertisements of
+// memberNet6). QEMU is killed and everything removed in t.Cleanup.
+func bootMember(t *testing.T, image string, memoryMB int, driveFormat string) *member {
 	t.Helper()
 	dir := t.TempDir()
 	m := &member{t: t, dir: dir, key: filepath.Join(dir, "key"), tcp: map[int]int{}, udp: map[int]int{}}
@@ -174,7 +183,22 @@ func bootMember(t *testing.T, image string, memoryMB int) *member {
 	if err := os.WriteFile(filepath.Join(latest, "meta_data.json"), meta, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "xorriso", "-as", "mkisofs", "-quiet", "-V", "config-2", "-J", "-r", "-o", filepath.Join(dir, "config-drive.iso"), drive)
+	// As Nova attaches them to a pc machine: ISO 9660 as the IDE CD-ROM
+	// hdd, vfat as a virtio disk.
+	var driveArg string
+	switch driveFormat {
+	case "iso9660":
+		iso := filepath.Join(dir, "config-drive.iso")
+		run(t, "xorriso", "-as", "mkisofs", "-quiet", "-V", "config-2", "-J", "-r", "-o", iso, drive)
+		driveArg = "file=" + iso + ",media=cdrom,if=ide,index=3,readonly=on"
+	case "vfat":
+		fat := filepath.Join(dir, "config-drive.vfat")
+		run(t, "mkfs.vfat", "-C", "-n", "config-2", fat, "2048")
+		run(t, "mcopy", "-s", "-i", fat, filepath.Join(drive, "openstack"), "::")
+		driveArg = "file=" + fat + ",if=virtio,format=raw,readonly=on"
+	default:
+		t.Fatalf("no config drive format %q", driveFormat)
+	}
 	disk := filepath.Join(dir, "disk.qcow2")
 	run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", image, "-F", "qcow2", disk)
 
@@ -188,13 +212,11 @@ func bootMember(t *testing.T, image string, memoryMB int) *member {
 		forwards = append(forwards, fmt.Sprintf("hostfwd=udp:127.0.0.1:%d-:%d", m.udp[port], port))
 	}
 	// TCG always: /dev/kvm is no use on the hosts this tier runs on.
-	// The config drive is a CD-ROM on the IDE bus, as Nova attaches it
-	// to a pc machine (hdd).
 	m.qemu = exec.Command("qemu-system-x86_64", "-name", name, "-M", "pc", "-accel", "tcg",
 		"-m", strconv.Itoa(memoryMB), "-smp", "1", "-nographic", "-monitor", "none",
 		"-serial", "file:"+filepath.Join(dir, "console.log"),
 		"-drive", "file="+disk+",if=virtio,format=qcow2,cache=unsafe",
-		"-drive", "file="+filepath.Join(dir, "config-drive.iso")+",media=cdrom,if=ide,index=3,readonly=on",
+		"-drive", driveArg,
 		"-netdev", fmt.Sprintf("user,id=net0,net=%s,ipv6-net=%s,%s", memberNet4, memberNet6, strings.Join(forwards, ",")),
 		"-device", "virtio-net-pci,netdev=net0,mac=52:54:00:33:64:01")
 	qlog, err := os.Create(filepath.Join(dir, "qemu.log"))

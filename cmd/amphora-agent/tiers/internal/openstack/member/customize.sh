@@ -17,6 +17,10 @@ run usermod -p '*' debian
 printf 'debian ALL=(ALL) NOPASSWD:ALL\n' >"$root/etc/sudoers.d/debian"
 chmod 440 "$root/etc/sudoers.d/debian"
 
+# sshd's PAM session reads the locale file, which minimal roots lack:
+# an empty one spares a warning at each login (the C locale stays).
+: >"$root/etc/default/locale"
+
 # sudo resolves the host's name at each call: it must resolve locally.
 echo member >"$root/etc/hostname"
 printf '127.0.1.1\tmember\n' >>"$root/etc/hosts"
@@ -46,10 +50,12 @@ run systemctl enable systemd-networkd member-boot.service >/dev/null 2>&1
 # What a member does not use, each a unit less to start on an emulated
 # CPU: logind (no D-Bus here, it would only fail), consoles nobody can
 # log in on (no passwords), e2scrub (no LVM), the kernel's optional file
-# systems, module loads for them, utmp records, GRUB's boot-success
-# record, the generator of network settings from the kernel command line.
+# systems (binfmt_misc's module is gone, below), module loads for them,
+# utmp records, GRUB's boot-success record, the generator of network
+# settings from the kernel command line.
 run systemctl mask systemd-logind.service getty@.service serial-getty@.service getty-static.service \
 	e2scrub_reap.service e2scrub_all.timer sys-kernel-config.mount sys-fs-fuse-connections.mount \
+	proc-sys-fs-binfmt_misc.automount systemd-binfmt.service \
 	dev-hugepages.mount dev-mqueue.mount sys-kernel-debug.mount sys-kernel-tracing.mount \
 	modprobe@.service kmod-static-nodes.service systemd-update-utmp.service \
 	systemd-update-utmp-runlevel.service grub-common.service systemd-network-generator.service >/dev/null 2>&1
