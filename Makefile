@@ -195,15 +195,16 @@ member-image:
 # That image proven alone (opt-in, not in make test): TestMemberImage
 # boots it under TCG with a Nova-like config drive (ISO 9660, then vfat)
 # and does the plugin's steps over SSH with the plugin's own
-# test_server.bin (from the OpenStack root, built first if it is not
-# cached). MEMBER_MEMORY sets the VM's MiB (default 256).
+# test_server.bin, logging in with tempest's own client too (both from
+# the OpenStack root, built first if it is not cached). MEMBER_MEMORY
+# sets the VM's MiB (default 256).
 MEMBER_MEMORY ?=
 TEST_SERVER_BIN := usr/lib/python3/dist-packages/octavia_tempest_plugin/contrib/test_server/test_server.bin
 test-member-image: deps
 	@if [ "$$(id -u)" != 0 ]; then echo "test-member-image: needs root (mmdebstrap, chroot)"; exit 1; fi; \
 	image=$$($(MEMBER_IMAGE)) || exit 1; \
 	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \
-	set -o pipefail; AMPHORA_MEMBER_IMAGE=$$image AMPHORA_TEST_SERVER=$$root/$(TEST_SERVER_BIN) AMPHORA_MEMBER_MEMORY_MB=$(MEMBER_MEMORY) \
+	set -o pipefail; AMPHORA_MEMBER_IMAGE=$$image AMPHORA_OPENSTACK_ROOT=$$root AMPHORA_TEST_SERVER=$$root/$(TEST_SERVER_BIN) AMPHORA_MEMBER_MEMORY_MB=$(MEMBER_MEMORY) \
 		$(GO) test -count=1 -tags openstack -timeout 20m -run '^TestMember' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Octavia's upgrade under a serving load balancer (opt-in,

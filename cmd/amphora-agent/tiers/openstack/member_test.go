@@ -104,6 +104,13 @@ func testMember(t *testing.T, image, server string, memory int, driveFormat stri
 	}
 	t.Logf("boot to SSH login: %s (TCG, %d MiB, %s config drive)", time.Since(start).Round(100*time.Millisecond), memory, driveFormat)
 
+	// The same login by tempest's own client (paramiko), when the
+	// OpenStack root is at hand: its RSA key exchange with this sshd is
+	// what the plugin's runs depend on.
+	if root := os.Getenv("AMPHORA_OPENSTACK_ROOT"); root != "" {
+		m.tempestLogin(root)
+	}
+
 	// _enable_ipv6_nic_webserver: an address of the member's IPv6 subnet
 	// added by hand, as Cirros needs.
 	m.mustSSH(fmt.Sprintf("sudo ip address add %s/64 dev eth0 || true", memberIPv6))
@@ -282,6 +289,40 @@ func (m *member) mustSSH(cmd string) string {
 		m.t.Fatal(err)
 	}
 	return out
+}
+
+// tempestScript logs in with tempest's RemoteClient (the private key on
+// standard input, the port as argument) and runs one of the plugin's
+// commands through it.
+const tempestScript = `import sys
+from tempest.lib.common.utils.linux import remote_client
+client = remote_client.RemoteClient("127.0.0.1", sys.argv[1], pkey=sys.stdin.read(), ssh_key_type="rsa", ssh_timeout=120)
+client.ssh_client.port = int(sys.argv[2])
+client.validate_authentication()
+print(client.exec_command('sudo sh -c "echo 1 > /proc/sys/vm/overcommit_memory" && cat /proc/sys/vm/overcommit_memory').strip())
+`
+
+// tempestLogin runs tempestScript with the OpenStack root's Python,
+// chrooted in a mount namespace of its own (its /proc and /dev are
+// mounted there and go with it).
+func (m *member) tempestLogin(root string) {
+	m.t.Helper()
+	key, err := os.Open(m.key)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer key.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, "unshare", "-m", "sh", "-ec",
+		`mount -t proc proc "$1/proc"; mount --bind /dev "$1/dev"; shift; exec chroot "$@"`,
+		"sh", root, root, "python3", "-c", tempestScript, memberUser, strconv.Itoa(m.tcp[22]))
+	c.Stdin = key
+	out, err := c.CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "1") {
+		m.t.Fatalf("tempest's RemoteClient as %s: %v\n%s", memberUser, err, out)
+	}
+	m.t.Logf("tempest's RemoteClient logged in as %s and ran the overcommit command", memberUser)
 }
 
 // scp copies files to target on the member as the plugin does; legacy
