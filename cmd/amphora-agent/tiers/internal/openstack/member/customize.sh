@@ -5,7 +5,6 @@
 set -eu
 root=$1
 here=$(cd "$(dirname "$0")" && pwd)
-images=$here/../../../../packaging/image
 run() { chroot "$root" "$@"; }
 
 # The login user tempest's [validation] image_ssh_user names: bash as its
