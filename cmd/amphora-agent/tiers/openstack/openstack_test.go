@@ -19,13 +19,17 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// theCloud is the run's OpenStack, up before the first test.
-var theCloud *Cloud
+var (
+	cloudOnce sync.Once
+	theCloud  *Cloud
+	cloudErr  error
+)
 
 // Cloud is a running cloud.sh cloud.
 type Cloud struct {
@@ -34,25 +38,28 @@ type Cloud struct {
 	run    *exec.Cmd
 }
 
-func TestMain(m *testing.M) {
+// cloud returns the run's OpenStack, brought up by the first test that
+// asks (TestMemberImage needs none) and stopped when the tests are done.
+func cloud(t *testing.T) *Cloud {
+	t.Helper()
 	root, image := os.Getenv("AMPHORA_OPENSTACK_ROOT"), os.Getenv("AMPHORA_IMAGE")
 	if root == "" || image == "" {
-		fmt.Println("openstack tier: AMPHORA_OPENSTACK_ROOT and AMPHORA_IMAGE are unset (make test-openstack sets them); skipped")
-		os.Exit(0)
+		t.Skip("AMPHORA_OPENSTACK_ROOT and AMPHORA_IMAGE are unset: make test-openstack sets them")
 	}
-	c, err := startCloud(root, image)
-	code := 1
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		theCloud = c
-		code = m.Run()
+	cloudOnce.Do(func() { theCloud, cloudErr = startCloud(root, image) })
+	if cloudErr != nil {
+		t.Fatal(cloudErr)
 	}
-	if c != nil {
-		if code != 0 || err != nil {
-			c.dumpErrors()
+	return theCloud
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if theCloud != nil {
+		if code != 0 || cloudErr != nil {
+			theCloud.dumpErrors()
 		}
-		c.Stop()
+		theCloud.Stop()
 	}
 	os.Exit(code)
 }
@@ -72,7 +79,7 @@ func startCloud(root, image string) (*Cloud, error) {
 	}
 	c := &Cloud{Dir: dir, script: scriptPath()}
 	c.run = exec.Command(c.script, "run", dir, root)
-	c.run.Env = append(os.Environ(), "AMPHORA_IMAGE="+image)
+	c.run.Env = os.Environ()
 	c.run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	// Pdeathsig follows the thread that forked, not the process: keep
 	// this goroutine on its thread while starting.

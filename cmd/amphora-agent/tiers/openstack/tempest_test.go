@@ -17,11 +17,13 @@ import (
 // The default selection: octavia-tempest-plugin's API tests that build
 // no load balancer, the load balancer CRUD scenario (create, update,
 // delete on a real amphora), the amphora API's list, show and config
-// update, and the HTTP, TCP and UDP listener CRUD scenarios.
+// update, the HTTP, TCP and UDP listener CRUD scenarios, and the basic
+// HTTP, TCP and UDP traffic scenarios (two member servers through Nova).
 const defaultTempest = `^octavia_tempest_plugin\.tests\.api\.v2\.test_(flavor|flavor_profile|flavor_capabilities|availability_zone_capabilities|provider)\.` +
 	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_load_balancer\.LoadBalancerScenarioTest\.test_load_balancer_ipv4_CRUD\[` +
 	`|^octavia_tempest_plugin\.tests\.api\.v2\.test_amphora\.AmphoraAPITest\.test_amphora_(list_and_show|update)\[` +
-	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_listener\.ListenerScenarioTest\.test_(http|tcp|udp)_round_robin_listener_CRUD\[`
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_listener\.ListenerScenarioTest\.test_(http|tcp|udp)_round_robin_listener_CRUD\[` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_traffic_ops\.TrafficOperationsScenarioTest\.test_basic_(http|tcp|udp)_traffic\[`
 
 // TestOpenStackTempest runs Octavia's own gate suite, octavia-tempest-
 // plugin, against the cloud: the tests matching OPENSTACK_TEMPEST (make
@@ -30,7 +32,7 @@ const defaultTempest = `^octavia_tempest_plugin\.tests\.api\.v2\.test_(flavor|fl
 // the same tests with that image tagged for Octavia instead. Prints each
 // test's outcome on each; fails on any failure or error of ours.
 func TestOpenStackTempest(t *testing.T) {
-	c := theCloud
+	c := cloud(t)
 	regex := os.Getenv("OPENSTACK_TEMPEST")
 	if regex == "" {
 		regex = defaultTempest

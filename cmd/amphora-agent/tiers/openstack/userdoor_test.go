@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// The test server octavia-tempest-plugin copies onto its member servers:
+// The test server octavia-tempest-plugin copies onto its member servers
+// (the path in the cloud's root):
 // answers GET / with its id.
-const testServer = "/usr/lib/python3/dist-packages/octavia_tempest_plugin/contrib/test_server/test_server.bin"
+const pluginTestServer = "/usr/lib/python3/dist-packages/octavia_tempest_plugin/contrib/test_server/test_server.bin"
 
 type osLB struct {
 	ID                 string `json:"id"`
@@ -46,17 +47,17 @@ func waitLBActive(t *testing.T, c *Cloud, user, id string, limit time.Duration) 
 // are servers outside the cloud (on the public network's far side, where
 // the tier's own address is), reached through the project's router.
 func TestOpenStackUserDoor(t *testing.T) {
-	c := theCloud
+	c := cloud(t)
 	ctx := context.Background()
 	const user = "demo"
 	for i, port := range []string{"8081", "8082"} {
 		if _, err := c.Exec(ctx, nil, "sh", "-c",
-			fmt.Sprintf("setsid %s -port %s -id %d >/dev/null 2>&1 </dev/null &", testServer, port, i+1)); err != nil {
+			fmt.Sprintf("setsid %s -port %s -id %d >/dev/null 2>&1 </dev/null &", pluginTestServer, port, i+1)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.OS(t, user, nil, "network", "create", "door-net")
-	c.OS(t, user, nil, "subnet", "create", "--network", "door-net", "--subnet-range", "198.51.100.224/27", "door-subnet")
+	c.OS(t, user, nil, "subnet", "create", "--network", "door-net", "--subnet-range", "198.51.100.64/27", "door-subnet")
 	c.OS(t, user, nil, "router", "create", "door-router")
 	c.OS(t, user, nil, "router", "set", "--external-gateway", "public", "door-router")
 	c.OS(t, user, nil, "router", "add", "subnet", "door-router", "door-subnet")

@@ -89,8 +89,8 @@ for br in br-mgmt br-ex br-tenant; do
 	ovs-vsctl add-br $br -- set Bridge $br datapath_type=netdev
 	ip link set $br up
 done
-ip address add 198.51.100.1/25 dev br-mgmt
-ip address add 203.0.113.1/24 dev br-ex
+ip address add 198.51.100.1/26 dev br-mgmt
+ip address add 203.0.113.1/25 dev br-ex
 
 until_ok 120 "rabbitmq answers" env HOME=/var/lib/rabbitmq /usr/lib/rabbitmq/bin/rabbitmqctl -n rabbit@localhost await_startup
 
@@ -405,18 +405,25 @@ until_ok 300 "neutron agents are alive" sh -c '[ "$(openstack network agent list
 # The amphorae's management network: flat on br-mgmt, where the controller
 # (the health manager, the worker's REST client) is 198.51.100.1.
 openstack network create --project service --provider-network-type flat --provider-physical-network mgmt lb-mgmt-net -f value -c id >/aa/mgmt-net
-openstack subnet create --network lb-mgmt-net --subnet-range 198.51.100.0/25 --gateway none \
-	--allocation-pool start=198.51.100.10,end=198.51.100.120 lb-mgmt-subnet >/dev/null
+openstack subnet create --network lb-mgmt-net --subnet-range 198.51.100.0/26 --gateway none \
+	--allocation-pool start=198.51.100.10,end=198.51.100.60 lb-mgmt-subnet >/dev/null
 openstack security group create --project service lb-mgmt-sec-grp -f value -c id >/aa/mgmt-sg
 openstack security group rule create --protocol tcp --dst-port 9443 "$(cat /aa/mgmt-sg)" >/dev/null
 openstack security group rule create --protocol icmp "$(cat /aa/mgmt-sg)" >/dev/null
 # The floating IPs' network: flat on br-ex, whose own port is the router
 # "outside the cloud".
 openstack network create --external --provider-network-type flat --provider-physical-network public public >/dev/null
-openstack subnet create --network public --subnet-range 203.0.113.0/24 --gateway 203.0.113.1 --no-dhcp \
-	--allocation-pool start=203.0.113.100,end=203.0.113.200 public-subnet >/dev/null
+openstack subnet create --network public --subnet-range 203.0.113.0/25 --gateway 203.0.113.1 --no-dhcp \
+	--allocation-pool start=203.0.113.10,end=203.0.113.120 public-subnet >/dev/null
 openstack flavor create --id amphora --vcpus 1 --ram "${AMPHORA_RAM_MB:-1024}" --disk 3 --private --project service amphora >/dev/null
 step "management and public networks, amphora flavor"
+# The gate suite's web servers (member-image.sh): anyone may boot them.
+if [ -e /aa/member.qcow2 ]; then
+	openstack image create --disk-format qcow2 --container-format bare --public \
+		--file /aa/member.qcow2 member -f value -c id >/aa/member-image
+	openstack flavor create --id member --vcpus 1 --ram 256 --disk 1 --public member >/dev/null
+	step "member image in glance"
+fi
 # Octavia boots the image tagged amphora; the tests move the tag to
 # compare images.
 for name in amphora upstream-agent; do

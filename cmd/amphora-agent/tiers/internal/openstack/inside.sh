@@ -31,9 +31,9 @@ mknod -m 666 "$r/dev/net/tun" c 10 200
 ln -s /proc/self/fd "$r/dev/fd"
 hostname aa-openstack
 cp "$here/boot.sh" "$here/tempest.sh" "$r/aa/"
-# The images boot.sh uploads to Glance: the one under test, and the
-# Python agent's to compare with.
-for pair in "amphora:${AMPHORA_IMAGE:-}" "upstream-agent:${AMPHORA_UPSTREAM_IMAGE:-}"; do
+# The images boot.sh uploads to Glance: the amphora image under test, the
+# Python agent's to compare with, and the gate suite's member servers'.
+for pair in "amphora:${AMPHORA_IMAGE:-}" "upstream-agent:${AMPHORA_UPSTREAM_IMAGE:-}" "member:${AMPHORA_MEMBER_IMAGE:-}"; do
 	[ -n "${pair#*:}" ] || continue
 	touch "$r/aa/${pair%%:*}.qcow2"
 	mount --bind -o ro "${pair#*:}" "$r/aa/${pair%%:*}.qcow2"

@@ -6,11 +6,15 @@
 # status success, failure, error, skip or xfail; a class whose set-up
 # failed or skipped is one "setUpClass (…)" line).
 #
-# Environment: TEMPEST_REGEX (required); MEMBER_IMAGE, MEMBER_USER and
-# MEMBER_FLAVOR (the member servers' image id, login and flavor; without
-# them the tests that boot servers skip); TEMPEST_TOPOLOGY (SINGLE).
+# Environment: TEMPEST_REGEX (required); TEMPEST_TOPOLOGY (SINGLE). The
+# member servers boot from boot.sh's member image and flavor; without
+# them the tests that boot servers skip.
 set -euo pipefail
 : "${TEMPEST_REGEX:?}"
+MEMBER_IMAGE=$(cat /aa/member-image 2>/dev/null || true)
+MEMBER_FLAVOR=member
+# member-image.sh's login user.
+MEMBER_USER=debian
 ws=/var/lib/aa-tempest
 rm -rf $ws /etc/aa-tempest
 mkdir -p /etc/aa-tempest
@@ -94,10 +98,12 @@ scp_connection_timeout = 10
 scp_connection_attempts = 30
 log_user_roles = false
 # Inside the documentation ranges, away from the management network
-# (198.51.100.0/25) and the public one (203.0.113.0/24).
-vip_subnet_cidr = 198.51.100.128/27
-member_1_ipv4_subnet_cidr = 198.51.100.160/27
-member_2_ipv4_subnet_cidr = 198.51.100.192/27
+# (198.51.100.0/26) and the public one (203.0.113.0/25), and apart from
+# each other (one router joins them). The plugin picks VIP addresses at
+# offsets 10 to 100 of its subnet: a /25 at least.
+vip_subnet_cidr = 198.51.100.128/25
+member_1_ipv4_subnet_cidr = 203.0.113.128/26
+member_2_ipv4_subnet_cidr = 203.0.113.192/26
 
 [loadbalancer-feature-enabled]
 not_implemented_is_error = true
