@@ -96,6 +96,7 @@ func TestOpenStackActiveStandby(t *testing.T) {
 
 	var lb osLB
 	start := time.Now()
+	deleteOnFailure(t, c, user, "pair")
 	c.OS(t, user, &lb, "loadbalancer", "create", "--name", "pair", "--vip-subnet-id", "pair-subnet", "--flavor", "active-standby")
 	lb = waitLBActive(t, c, user, lb.ID, 20*time.Minute)
 	t.Logf("active-standby load balancer ACTIVE %v after the create", time.Since(start).Round(100*time.Millisecond))
@@ -131,6 +132,8 @@ func TestOpenStackActiveStandby(t *testing.T) {
 	if master.ID == "" || len(amps) != 2 {
 		t.Fatalf("want a MASTER and a BACKUP: %+v", amps)
 	}
+	// The list has no compute id; the amphora's own record does.
+	c.OS(t, "admin", &master, "loadbalancer", "amphora", "show", master.ID)
 	var server struct {
 		Instance string `json:"OS-EXT-SRV-ATTR:instance_name"`
 	}

@@ -205,3 +205,18 @@ func Until(t *testing.T, what string, limit, interval time.Duration, cond func()
 		time.Sleep(interval)
 	}
 }
+
+// deleteOnFailure removes the named load balancer (cascade, not awaited)
+// if the test fails, so that its amphorae do not load the tests after it.
+func deleteOnFailure(t *testing.T, c *Cloud, user, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := c.Exec(ctx, []string{"OS_CLOUD=" + user}, "openstack", "loadbalancer", "delete", "--cascade", name); err != nil {
+			t.Logf("deleting %s after the failure: %v", name, err)
+		}
+	})
+}

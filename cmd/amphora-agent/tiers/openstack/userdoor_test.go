@@ -64,6 +64,7 @@ func TestOpenStackUserDoor(t *testing.T) {
 
 	var lb osLB
 	start := time.Now()
+	deleteOnFailure(t, c, user, "door")
 	c.OS(t, user, &lb, "loadbalancer", "create", "--name", "door", "--vip-subnet-id", "door-subnet")
 	lb = waitLBActive(t, c, user, lb.ID, 15*time.Minute)
 	t.Logf("load balancer %s ACTIVE %v after the create (VIP %s)", lb.ID, time.Since(start).Round(100*time.Millisecond), lb.VIPAddress)
