@@ -82,17 +82,8 @@ func TestOpenStackActiveStandby(t *testing.T) {
 	c := cloud(t)
 	ctx := context.Background()
 	const user = "demo"
-	for i, port := range []string{"8091", "8092"} {
-		if _, err := c.Exec(ctx, nil, "sh", "-c",
-			fmt.Sprintf("setsid %s -port %s -id %d >/dev/null 2>&1 </dev/null &", pluginTestServer, port, i+1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.OS(t, user, nil, "network", "create", "pair-net")
-	c.OS(t, user, nil, "subnet", "create", "--network", "pair-net", "--subnet-range", "198.51.100.96/27", "pair-subnet")
-	c.OS(t, user, nil, "router", "create", "pair-router")
-	c.OS(t, user, nil, "router", "set", "--external-gateway", "public", "pair-router")
-	c.OS(t, user, nil, "router", "add", "subnet", "pair-router", "pair-subnet")
+	startTestServers(t, c, 8091, 8092)
+	routedSubnet(t, c, user, "pair", "198.51.100.96/27")
 
 	var lb osLB
 	start := time.Now()

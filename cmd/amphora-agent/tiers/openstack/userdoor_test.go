@@ -15,6 +15,32 @@ import (
 // answers GET / with its id.
 const pluginTestServer = "/usr/lib/python3/dist-packages/octavia_tempest_plugin/contrib/test_server/test_server.bin"
 
+// startTestServers runs the plugin's test server on the cloud's own
+// address outside the cloud, 203.0.113.1, once per port, with ids 1, 2…
+// (they end with the cloud).
+func startTestServers(t *testing.T, c *Cloud, ports ...int) {
+	t.Helper()
+	for i, port := range ports {
+		if _, err := c.Exec(context.Background(), nil, "sh", "-c",
+			fmt.Sprintf("setsid %s -port %d -id %d >/dev/null 2>&1 </dev/null &", pluginTestServer, port, i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// routedSubnet makes the user's network NAME-net with subnet NAME-subnet
+// of cidr, behind router NAME-router whose gateway is on the public
+// network, and returns the subnet's name.
+func routedSubnet(t *testing.T, c *Cloud, user, name, cidr string) string {
+	t.Helper()
+	c.OS(t, user, nil, "network", "create", name+"-net")
+	c.OS(t, user, nil, "subnet", "create", "--network", name+"-net", "--subnet-range", cidr, name+"-subnet")
+	c.OS(t, user, nil, "router", "create", name+"-router")
+	c.OS(t, user, nil, "router", "set", "--external-gateway", "public", name+"-router")
+	c.OS(t, user, nil, "router", "add", "subnet", name+"-router", name+"-subnet")
+	return name + "-subnet"
+}
+
 type osLB struct {
 	ID                 string `json:"id"`
 	ProvisioningStatus string `json:"provisioning_status"`
@@ -50,17 +76,8 @@ func TestOpenStackUserDoor(t *testing.T) {
 	c := cloud(t)
 	ctx := context.Background()
 	const user = "demo"
-	for i, port := range []string{"8081", "8082"} {
-		if _, err := c.Exec(ctx, nil, "sh", "-c",
-			fmt.Sprintf("setsid %s -port %s -id %d >/dev/null 2>&1 </dev/null &", pluginTestServer, port, i+1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.OS(t, user, nil, "network", "create", "door-net")
-	c.OS(t, user, nil, "subnet", "create", "--network", "door-net", "--subnet-range", "198.51.100.64/27", "door-subnet")
-	c.OS(t, user, nil, "router", "create", "door-router")
-	c.OS(t, user, nil, "router", "set", "--external-gateway", "public", "door-router")
-	c.OS(t, user, nil, "router", "add", "subnet", "door-router", "door-subnet")
+	startTestServers(t, c, 8081, 8082)
+	routedSubnet(t, c, user, "door", "198.51.100.64/27")
 
 	var lb osLB
 	start := time.Now()
