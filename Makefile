@@ -17,8 +17,9 @@ export AMPHORA_IMAGE_SUITE := $(SUITE)
 
 # Debian packages the system and interop tiers drive for real; mmdebstrap
 # makes the chroot the package is installed in, and the amphora images
-# (kept compressed with zstd).
-TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso zstd
+# (kept compressed with zstd); the member image's test logs in with
+# OpenSSH and makes vfat config drives (dosfstools, mtools).
+TEST_PACKAGES := jq haproxy keepalived ipvsadm iproute2 nftables iputils-ping python3-octavia mmdebstrap qemu-system-x86 qemu-utils xorriso zstd openssh-client dosfstools mtools
 
 # diskimage-builder and what it runs, for the image built as upstream
 # builds its own (make image-dib, test-vm-dib); diskimage-builder calls
@@ -31,7 +32,7 @@ DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl sud
 CLOUD_PACKAGES := mariadb-server rabbitmq-server dnsmasq-base octavia-api octavia-worker octavia-health-manager octavia-housekeeping python3-openstackclient python3-octaviaclient
 CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 
-.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot openstack-root deps deps-cloud deps-dib vet bench fuzz soak flakes clean
+.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot openstack-root member-image test-member-image test-openstack deps deps-cloud deps-dib vet bench fuzz soak flakes clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -163,6 +164,7 @@ CLOUD_RUN ?= Cloud
 # make test runs it alone on the trixie stack.
 CLOUD_SKIP ?= ^TestCloudCreateServeDelete
 BAKE := cmd/amphora-agent/packaging/image/bake.sh
+IMAGE_BUILD := cmd/amphora-agent/packaging/image/build.sh
 test-cloud: deps-cloud deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-cloud: skipped: needs root (namespaces, bridges, VMs)"; exit 0; fi; \
 	if ! command -v qemu-system-x86_64 >/dev/null; then echo "test-cloud: skipped: qemu-system-x86_64 is missing (make deps installs it)"; exit 0; fi; \
@@ -181,6 +183,53 @@ OPENSTACK_ROOT := cmd/amphora-agent/tiers/internal/openstack/openstack-root.sh
 openstack-root:
 	@if [ "$$(id -u)" != 0 ]; then echo "openstack-root: needs root (mmdebstrap, chroot)"; exit 1; fi; \
 	$(OPENSTACK_ROOT) trixie
+
+# The member image of the same tier: the small Debian VM that
+# octavia-tempest-plugin's traffic tests boot as their web servers (in
+# place of Cirros) and set up over SSH as user debian; built once and
+# cached (same README). Prints the qcow2's path.
+MEMBER_IMAGE := cmd/amphora-agent/tiers/internal/openstack/member-image.sh
+member-image:
+	@if [ "$$(id -u)" != 0 ]; then echo "member-image: needs root (mmdebstrap, chroot)"; exit 1; fi; \
+	$(MEMBER_IMAGE)
+
+# That image proven alone (opt-in, not in make test): TestMemberImage
+# boots it under TCG with a Nova-like config drive (ISO 9660, then vfat)
+# and does the plugin's steps over SSH with the plugin's own
+# test_server.bin, logging in with tempest's own client too (both from
+# the OpenStack root, built first if it is not cached). MEMBER_MEMORY
+# sets the VM's MiB (default 256).
+MEMBER_MEMORY ?=
+TEST_SERVER_BIN := usr/lib/python3/dist-packages/octavia_tempest_plugin/contrib/test_server/test_server.bin
+test-member-image: deps
+	@if [ "$$(id -u)" != 0 ]; then echo "test-member-image: needs root (mmdebstrap, chroot)"; exit 1; fi; \
+	image=$$($(MEMBER_IMAGE)) || exit 1; \
+	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \
+	set -o pipefail; AMPHORA_MEMBER_IMAGE=$$image AMPHORA_OPENSTACK_ROOT=$$root AMPHORA_TEST_SERVER=$$root/$(TEST_SERVER_BIN) AMPHORA_MEMBER_MEMORY_MB=$(MEMBER_MEMORY) \
+		$(GO) test -count=1 -tags openstack -timeout 20m -run '^TestMember' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
+
+# The real-OpenStack tier (opt-in, not in make test; needs root): a
+# whole OpenStack 2025.1 from Debian trixie in namespaces of its own
+# (cmd/amphora-agent/tiers/openstack/README.md), with the trixie amphora
+# image baked from the package built here in Glance, and the member image
+# below for the gate suite's web servers. OPENSTACK_RUN picks
+# the tests, OPENSTACK_TEMPEST the gate suite's (a regex of test ids);
+# OPENSTACK_UPSTREAM=1 also runs those on the Python agent's image
+# (build.sh's upstream-agent variant) in the same cloud.
+OPENSTACK_RUN ?= OpenStack
+OPENSTACK_TEMPEST ?=
+OPENSTACK_UPSTREAM ?=
+OPENSTACK_TIMEOUT ?= 150m
+test-openstack: deb
+	@if [ "$$(id -u)" != 0 ]; then echo "test-openstack: needs root (namespaces, chroot, VMs)"; exit 1; fi; \
+	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \
+	image=$$(AMPHORA_IMAGE_SUITE=trixie $(BAKE) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin) || exit 1; \
+	member=$$($(MEMBER_IMAGE)) || exit 1; \
+	upstream=; if [ "$(OPENSTACK_UPSTREAM)" = 1 ]; then \
+		upstream=$$(AMPHORA_IMAGE_SUITE=trixie AMPHORA_IMAGE_VARIANT=upstream-agent $(IMAGE_BUILD))/base.qcow2 || exit 1; fi; \
+	set -o pipefail; AMPHORA_OPENSTACK_ROOT=$$root AMPHORA_IMAGE=$$image AMPHORA_UPSTREAM_IMAGE=$$upstream AMPHORA_MEMBER_IMAGE=$$member \
+		OPENSTACK_TEMPEST='$(value OPENSTACK_TEMPEST)' \
+		$(GO) test -count=1 -tags openstack -p 1 -timeout $(OPENSTACK_TIMEOUT) -run '$(value OPENSTACK_RUN)' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Octavia's upgrade under a serving load balancer (opt-in,
 # TestCloudUpgrade): the host's Octavia 11 with a bookworm amphora

@@ -1,7 +1,8 @@
 // Package tiers holds the agent's tests that drive the built binary (or
 // its package, for the VM and cloud tiers) from outside, one package per
 // tier, each under the build tag it is named after: system (with the
-// demo), interop, vm, cloud, bench and soak. They never import the
+// demo), interop, vm, cloud, bench, soak and openstack (opt-in: a whole
+// OpenStack with Octavia's own gate suite). They never import the
 // agent's core; the harness they share is under internal/ (README.md in
 // this folder says how to run each tier and what it proves).
 //

@@ -1,6 +1,9 @@
-# Sourced by build.sh and bake.sh: make_disk ROOT WORK OUT turns the root
-# folder ROOT into a bootable qcow2 disk OUT, using WORK for scratch files;
-# ROOT is consumed (removed once in the file system).
+# Sourced by build.sh and bake.sh (and the OpenStack tier's member-image.sh):
+# make_disk ROOT WORK OUT [LABEL GRUB_CFG MB] turns the root folder ROOT
+# into a bootable qcow2 disk OUT, using WORK for scratch files; ROOT is
+# consumed (removed once in the file system). The root file system is
+# labelled LABEL (amphora), GRUB reads GRUB_CFG (files/grub.cfg) and the
+# disk is MB MiB (2048); the amphora's defaults.
 #
 # GRUB for BIOS, without grub-install (which wants a block device): the
 # image's own grub-mkimage makes core.img, which finds the root file
@@ -11,21 +14,23 @@
 make_disk() {
 	local root=$1 work=$2 out=$3 images
 	images=$(dirname "${BASH_SOURCE[0]}")
+	local label=${4:-amphora} grub_cfg=${5:-$images/files/grub.cfg} disk_mb=${6:-2048}
 	[ -e "$root/vmlinuz" ] || ln -s "$(cd "$root" && ls boot/vmlinuz-*)" "$root/vmlinuz"
 	[ -e "$root/initrd.img" ] || ln -s "$(cd "$root" && ls boot/initrd.img-*)" "$root/initrd.img"
 	mkdir -p "$root/boot/grub"
 	cp -r "$root/usr/lib/grub/i386-pc" "$root/boot/grub/"
-	cp "$images/files/grub.cfg" "$root/boot/grub/grub.cfg"
-	printf 'search.fs_label amphora root\nset prefix=($root)/boot/grub\n' >"$root/boot/grub/early.cfg"
+	cp "$grub_cfg" "$root/boot/grub/grub.cfg"
+	printf 'search.fs_label %s root\nset prefix=($root)/boot/grub\n' "$label" >"$root/boot/grub/early.cfg"
 	chroot "$root" grub-mkimage -O i386-pc -o /boot/grub/core.img -c /boot/grub/early.cfg -p /boot/grub \
 		biosdisk part_msdos ext2 search_label normal linux configfile
 	cp "$root/boot/grub/core.img" "$root/usr/lib/grub/i386-pc/boot.img" "$work/"
 
-	# 2 GB, as upstream's diskimage-create.sh makes it; cloud-init grows
-	# the partition and the file system to the flavor's disk at first boot.
-	local disk_mb=2048 core_sectors entry
+	# The amphora's 2 GB are as upstream's diskimage-create.sh makes it;
+	# cloud-init grows the partition and the file system to the flavor's
+	# disk at first boot.
+	local core_sectors entry
 	truncate -s $((disk_mb - 1))M "$work/root.img"
-	mkfs.ext4 -q -F -L amphora -d "$root" "$work/root.img"
+	mkfs.ext4 -q -F -L "$label" -d "$root" "$work/root.img"
 	rm -rf "$root"
 	truncate -s ${disk_mb}M "$work/disk.img"
 	dd if="$work/boot.img" of="$work/disk.img" bs=440 count=1 conv=notrunc status=none

@@ -1,0 +1,143 @@
+//go:build openstack
+
+package openstack_test
+
+import (
+	"context"
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The default selection: octavia-tempest-plugin's API tests that build
+// no load balancer, the load balancer CRUD scenario (create, update,
+// delete on a real amphora), the amphora API's list, show and config
+// update, the HTTP, TCP and UDP listener CRUD scenarios, and the basic
+// HTTP, TCP and UDP traffic scenarios (two member servers through Nova).
+const defaultTempest = `^octavia_tempest_plugin\.tests\.api\.v2\.test_(flavor|flavor_profile|flavor_capabilities|availability_zone_capabilities|provider)\.` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_load_balancer\.LoadBalancerScenarioTest\.test_load_balancer_ipv4_CRUD\[` +
+	`|^octavia_tempest_plugin\.tests\.api\.v2\.test_amphora\.AmphoraAPITest\.test_amphora_(list_and_show|update)\[` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_listener\.ListenerScenarioTest\.test_(http|tcp|udp)_round_robin_listener_CRUD\[` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_traffic_ops\.TrafficOperationsScenarioTest\.test_basic_(http|tcp|udp)_traffic\[`
+
+// TestOpenStackTempest runs Octavia's own gate suite, octavia-tempest-
+// plugin, against the cloud: the tests matching OPENSTACK_TEMPEST (make
+// variable; the selection above by default), one at a time, on our image;
+// then, if the cloud has the Python agent's image (OPENSTACK_UPSTREAM=1),
+// the same tests with that image tagged for Octavia instead. Prints each
+// test's outcome on each; fails on any failure or error of ours.
+func TestOpenStackTempest(t *testing.T) {
+	c := cloud(t)
+	regex := os.Getenv("OPENSTACK_TEMPEST")
+	if regex == "" {
+		regex = defaultTempest
+	}
+	ours := runTempest(t, c, regex, "ours")
+	var bad []string
+	for _, r := range ours {
+		if r.failed() {
+			bad = append(bad, r.name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir, "upper", "aa", "upstream-agent-image")); err == nil {
+		// Octavia looks the image up by its tag at each amphora's build.
+		c.OS(t, "admin", nil, "image", "unset", "--tag", "amphora", "amphora")
+		c.OS(t, "admin", nil, "image", "set", "--tag", "amphora", "upstream-agent")
+		theirs := runTempest(t, c, regex, "python agent")
+		c.OS(t, "admin", nil, "image", "unset", "--tag", "amphora", "upstream-agent")
+		c.OS(t, "admin", nil, "image", "set", "--tag", "amphora", "amphora")
+		byName := map[string]string{}
+		for _, r := range theirs {
+			byName[r.name] = r.status
+		}
+		t.Logf("%-8s %-8s %s", "ours", "python", "test")
+		for _, r := range ours {
+			t.Logf("%-8s %-8s %s", r.status, byName[r.name], r.name)
+			if r.failed() && byName[r.name] == "success" {
+				t.Errorf("fails with our agent and passes with the Python agent: %s", r.name)
+			}
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d tests failed with our agent:\n%s", len(bad), strings.Join(bad, "\n"))
+	}
+}
+
+type tempestResult struct {
+	name, status string
+	took         time.Duration
+}
+
+func (r tempestResult) failed() bool { return r.status == "failure" || r.status == "error" }
+
+// runTempest runs tempest.sh in the cloud and reads its results.csv.
+func runTempest(t *testing.T, c *Cloud, regex, label string) []tempestResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Exec(ctx, []string{"TEMPEST_REGEX=" + regex}, "bash", "/aa/tempest.sh"); err != nil {
+		t.Fatal(err)
+	}
+	runLog := "upper/var/lib/aa-tempest/run.log"
+	f, err := os.Open(filepath.Join(c.Dir, "upper", "var", "lib", "aa-tempest", "results.csv"))
+	if err != nil {
+		t.Fatalf("%s: no results: %v\n%s", label, err, c.tail(runLog, 40))
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) < 2 {
+		t.Fatalf("%s: results.csv: %v (%d rows)\n%s", label, err, len(rows), c.tail(runLog, 40))
+	}
+	count := map[string]int{}
+	var results []tempestResult
+	for _, r := range rows[1:] {
+		res := tempestResult{name: shortName(r[0]), status: r[1]}
+		if s, e := parseTime(r[2]), parseTime(r[3]); !s.IsZero() && !e.IsZero() {
+			res.took = e.Sub(s).Round(100 * time.Millisecond)
+		}
+		count[res.status]++
+		results = append(results, res)
+		t.Logf("%s: %-8s %8v  %s", label, res.status, res.took, res.name)
+	}
+	keys := make([]string, 0, len(count))
+	for k := range count {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var summary []string
+	for _, k := range keys {
+		summary = append(summary, k+" "+strconv.Itoa(count[k]))
+	}
+	t.Logf("%s: tempest %s in %v", label, strings.Join(summary, ", "), time.Since(start).Round(time.Second))
+	for _, r := range results {
+		if r.failed() {
+			t.Logf("%s: run log tail:\n%s", label, c.tail(runLog, 80))
+			break
+		}
+	}
+	return results
+}
+
+// shortName drops the plugin's package prefix and the id/attribute tag.
+func shortName(id string) string {
+	id = strings.TrimPrefix(id, "octavia_tempest_plugin.tests.")
+	if i := strings.Index(id, "["); i > 0 {
+		id = id[:i]
+	}
+	return id
+}
+
+func parseTime(s string) time.Time {
+	for _, layout := range []string{"2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05.999999+00:00", time.RFC3339Nano} {
+		if tm, err := time.Parse(layout, s); err == nil {
+			return tm
+		}
+	}
+	return time.Time{}
+}
