@@ -424,14 +424,20 @@ if [ -e /aa/member.qcow2 ]; then
 	openstack flavor create --id member --vcpus 1 --ram 256 --disk 1 --public member >/dev/null
 	step "member image in glance"
 fi
-# Octavia boots the image tagged amphora; the tests move the tag to
-# compare images.
+# Octavia boots the image tagged amphora: ours (image "amphora"), or with
+# OPENSTACK_IMAGE=upstream the Python agent's (image "upstream-agent");
+# with "both" the gate suite's test moves the tag for a second pass.
+selected=amphora
+[ "${OPENSTACK_IMAGE:-ours}" = upstream ] && selected=upstream-agent
 for name in amphora upstream-agent; do
 	[ -e /aa/$name.qcow2 ] || continue
-	openstack image create --disk-format qcow2 --container-format bare --private --project service --tag $name \
+	tag=()
+	[ $name = $selected ] && tag=(--tag amphora)
+	openstack image create --disk-format qcow2 --container-format bare --private --project service "${tag[@]}" \
 		--property hw_architecture=x86_64 --file /aa/$name.qcow2 $name -f value -c id >/aa/$name-image
-	step "image $name in glance"
+	step "image $name in glance${tag:+, tagged amphora}"
 done
+[ -e /aa/$selected-image ] || { step "no $selected image for OPENSTACK_IMAGE=${OPENSTACK_IMAGE:-ours}"; false; }
 
 # --- Octavia ------------------------------------------------------------------
 # Its CA signs each amphora's server certificate (local_cert_generator) and
