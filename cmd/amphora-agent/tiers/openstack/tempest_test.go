@@ -51,12 +51,21 @@ func TestOpenStackTempest(t *testing.T) {
 		}
 		return
 	}
-	// Octavia looks the image up by its tag at each amphora's build.
+	// Octavia looks the image up by its tag at each amphora's build. The
+	// tag goes back to ours however this pass ends: the tests after this
+	// one are meant for ours.
 	c.OS(t, "admin", nil, "image", "unset", "--tag", "amphora", "amphora")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, args := range [][]string{{"unset", "--tag", "amphora", "upstream-agent"}, {"set", "--tag", "amphora", "amphora"}} {
+			if _, err := c.Exec(ctx, []string{"OS_CLOUD=admin"}, append([]string{"openstack", "image"}, args...)...); err != nil {
+				t.Errorf("moving the amphora tag back to our image: %v", err)
+			}
+		}
+	})
 	c.OS(t, "admin", nil, "image", "set", "--tag", "amphora", "upstream-agent")
 	theirs := runTempest(t, c, regex, "upstream")
-	c.OS(t, "admin", nil, "image", "unset", "--tag", "amphora", "upstream-agent")
-	c.OS(t, "admin", nil, "image", "set", "--tag", "amphora", "amphora")
 	byName := map[string]string{}
 	for _, r := range theirs {
 		byName[r.name] = r.status
