@@ -213,22 +213,23 @@ test-member-image: deps
 # (cmd/amphora-agent/tiers/openstack/README.md), with the trixie amphora
 # image baked from the package built here in Glance, and the member image
 # below for the gate suite's web servers. OPENSTACK_RUN picks
-# the tests, OPENSTACK_TEMPEST the gate suite's (a regex of test ids);
-# OPENSTACK_UPSTREAM=1 also runs those on the Python agent's image
-# (build.sh's upstream-agent variant) in the same cloud.
+# the tests, OPENSTACK_TEMPEST the gate suite's (a regex of test ids),
+# OPENSTACK_IMAGE the amphora image: ours, upstream (the Python agent's:
+# build.sh's upstream-agent variant) or both (the gate suite on each in
+# the same cloud).
 OPENSTACK_RUN ?= OpenStack
 OPENSTACK_TEMPEST ?=
-OPENSTACK_UPSTREAM ?=
+OPENSTACK_IMAGE ?= ours
 OPENSTACK_TIMEOUT ?= 150m
 test-openstack: deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-openstack: needs root (namespaces, chroot, VMs)"; exit 1; fi; \
 	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \
 	image=$$(AMPHORA_IMAGE_SUITE=trixie $(BAKE) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin) || exit 1; \
 	member=$$($(MEMBER_IMAGE)) || exit 1; \
-	upstream=; if [ "$(OPENSTACK_UPSTREAM)" = 1 ]; then \
+	upstream=; if [ "$(OPENSTACK_IMAGE)" != ours ]; then \
 		upstream=$$(AMPHORA_IMAGE_SUITE=trixie AMPHORA_IMAGE_VARIANT=upstream-agent $(IMAGE_BUILD))/base.qcow2 || exit 1; fi; \
 	set -o pipefail; AMPHORA_OPENSTACK_ROOT=$$root AMPHORA_IMAGE=$$image AMPHORA_UPSTREAM_IMAGE=$$upstream AMPHORA_MEMBER_IMAGE=$$member \
-		OPENSTACK_TEMPEST='$(value OPENSTACK_TEMPEST)' \
+		OPENSTACK_TEMPEST='$(value OPENSTACK_TEMPEST)' OPENSTACK_IMAGE=$(OPENSTACK_IMAGE) \
 		$(GO) test -count=1 -tags openstack -p 1 -timeout $(OPENSTACK_TIMEOUT) -run '$(value OPENSTACK_RUN)' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Octavia's upgrade under a serving load balancer (opt-in,

@@ -26,32 +26,55 @@ type asks struct {
 }
 
 // askLoop asks url every 200 ms from outside the cloud (its root network
-// namespace, on the public network) until ctx ends, one curl at a time
-// with a one-second limit, in one process inside the cloud.
-func askLoop(ctx context.Context, c *Cloud, url string) (asks, error) {
-	script := `while :; do
+// namespace, on the public network), one curl at a time with a
+// one-second limit, in one process inside the cloud, until stop is
+// called or 30 minutes have passed. The loop ends itself (a file
+// appears): killing the host's side of an exec would leave it running
+// in the namespace, holding the output open.
+func askLoop(c *Cloud, url string) (stop func() (asks, error)) {
+	flag := fmt.Sprintf("/tmp/askloop-stop-%d", time.Now().UnixNano())
+	script := `for i in $(seq 1 9000); do
+	[ -e "$2" ] && break
 	if curl -s -o /dev/null --max-time 1 "$1"; then r=ok; else r=fail; fi
 	echo "$(date +%s.%N) $r"
 	sleep 0.2
 done`
-	out, _ := c.Exec(ctx, nil, "bash", "-c", script, "askloop", url)
-	var a asks
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		sec, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		a.at = append(a.at, time.Unix(0, int64(sec*1e9)))
-		a.ok = append(a.ok, f[1] == "ok")
+	type result struct {
+		out string
+		err error
 	}
-	if len(a.at) == 0 {
-		return a, fmt.Errorf("the ask loop printed nothing")
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
+		defer cancel()
+		out, err := c.Exec(ctx, nil, "bash", "-c", script, "askloop", url, flag)
+		done <- result{out, err}
+	}()
+	return func() (asks, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := c.Exec(ctx, nil, "touch", flag); err != nil {
+			return asks{}, err
+		}
+		r := <-done
+		var a asks
+		for _, line := range strings.Split(r.out, "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			sec, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				continue
+			}
+			a.at = append(a.at, time.Unix(0, int64(sec*1e9)))
+			a.ok = append(a.ok, f[1] == "ok")
+		}
+		if len(a.at) == 0 {
+			return a, fmt.Errorf("the ask loop printed nothing (%v)", r.err)
+		}
+		return a, nil
 	}
-	return a, nil
 }
 
 // summary counts the failed asks and the longest time between two
@@ -130,27 +153,19 @@ func TestOpenStackActiveStandby(t *testing.T) {
 	}
 	c.OS(t, "admin", &server, "server", "show", master.ComputeID)
 
-	loopCtx, stopLoop := context.WithCancel(ctx)
-	type loopResult struct {
-		a   asks
-		err error
-	}
-	done := make(chan loopResult, 1)
-	go func() {
-		a, err := askLoop(loopCtx, c, url)
-		done <- loopResult{a, err}
-	}()
+	stopLoop := askLoop(c, url)
 	// A few seconds of traffic before the cut, for the baseline.
 	time.Sleep(5 * time.Second)
 	if _, err := c.Exec(ctx, nil, "virsh", "destroy", server.Instance); err != nil {
 		stopLoop()
 		t.Fatal(err)
 	}
+	cut := time.Now()
 	t.Logf("MASTER amphora %s (%s) powered off", master.ID, server.Instance)
 
 	// The health manager fails the silent amphora over: a new VM in its
 	// place, the load balancer ACTIVE again with two amphorae.
-	failover := Until(t, "the failover's rebuilt amphora", 20*time.Minute, 5*time.Second, func() (bool, string) {
+	Until(t, "the failover's rebuilt amphora", 20*time.Minute, 5*time.Second, func() (bool, string) {
 		c.OS(t, "admin", &amps, "loadbalancer", "amphora", "list", "--loadbalancer", lb.ID)
 		c.OS(t, user, &lb, "loadbalancer", "show", lb.ID)
 		replaced := true
@@ -162,14 +177,13 @@ func TestOpenStackActiveStandby(t *testing.T) {
 		return replaced && len(amps) == 2 && lb.ProvisioningStatus == "ACTIVE", fmt.Sprintf("%s %+v", lb.ProvisioningStatus, amps)
 	})
 	time.Sleep(10 * time.Second)
-	stopLoop()
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
+	a, err := stopLoop()
+	if err != nil {
+		t.Fatal(err)
 	}
-	failed, longest := r.a.summary()
+	failed, longest := a.summary()
 	t.Logf("failover done %v after the power cut; through the floating IP: %d asks, %d failed, longest gap between answers %v",
-		failover.Round(time.Second), len(r.a.ok), failed, longest.Round(100*time.Millisecond))
+		time.Since(cut).Round(time.Second), len(a.ok), failed, longest.Round(100*time.Millisecond))
 	if longest > time.Minute {
 		t.Errorf("traffic through the floating IP stopped for %v after the MASTER's power cut: the BACKUP did not take over", longest)
 	}

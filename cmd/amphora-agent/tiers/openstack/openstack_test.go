@@ -159,6 +159,9 @@ func (c *Cloud) dumpErrors() {
 func (c *Cloud) Exec(ctx context.Context, env []string, args ...string) (string, error) {
 	full := append([]string{"exec", c.Dir, "env"}, env...)
 	cmd := exec.CommandContext(ctx, c.script, append(full, args...)...)
+	// Killing nsenter does not end what it started in the namespace; if
+	// that holds the output open, give up on it after a while.
+	cmd.WaitDelay = 30 * time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

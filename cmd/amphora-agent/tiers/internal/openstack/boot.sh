@@ -424,22 +424,37 @@ if [ -e /aa/member.qcow2 ]; then
 	openstack flavor create --id member --vcpus 1 --ram 256 --disk 1 --public member >/dev/null
 	step "member image in glance"
 fi
-# Octavia boots the image tagged amphora; the tests move the tag to
-# compare images.
+# Octavia boots the image tagged amphora: ours (image "amphora"), or with
+# OPENSTACK_IMAGE=upstream the Python agent's (image "upstream-agent");
+# with "both" the gate suite's test moves the tag for a second pass.
+selected=amphora
+[ "${OPENSTACK_IMAGE:-ours}" = upstream ] && selected=upstream-agent
 for name in amphora upstream-agent; do
 	[ -e /aa/$name.qcow2 ] || continue
-	openstack image create --disk-format qcow2 --container-format bare --private --project service --tag $name \
+	tag=()
+	[ $name = $selected ] && tag=(--tag amphora)
+	openstack image create --disk-format qcow2 --container-format bare --private --project service "${tag[@]}" \
 		--property hw_architecture=x86_64 --file /aa/$name.qcow2 $name -f value -c id >/aa/$name-image
-	step "image $name in glance"
+	step "image $name in glance${tag:+, tagged amphora}"
 done
+[ -e /aa/$selected-image ] || { step "no $selected image for OPENSTACK_IMAGE=${OPENSTACK_IMAGE:-ours}"; false; }
 
 # --- Octavia ------------------------------------------------------------------
 # Its CA signs each amphora's server certificate (local_cert_generator) and
 # the controller's client certificate.
 c=/etc/octavia/certs
-openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=aa-openstack-ca -keyout $c/ca.key -out $c/ca.pem 2>/dev/null
+# Both carry the extensions RFC 5280 asks for: the Python agent's TLS
+# server (Python 3.13, whose default contexts verify strictly) refuses a
+# CA without key usage or a client certificate without an authority key
+# id, where Go's accepts them.
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=aa-openstack-ca -keyout $c/ca.key -out $c/ca.pem \
+	-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
 openssl req -newkey rsa:2048 -nodes -subj /CN=octavia-controller -keyout $c/client.key -out $c/client.csr 2>/dev/null
-openssl x509 -req -in $c/client.csr -CA $c/ca.pem -CAkey $c/ca.key -CAcreateserial -days 30 -out $c/client.crt 2>/dev/null
+printf '%s\n' basicConstraints=CA:FALSE keyUsage=critical,digitalSignature,keyEncipherment \
+	extendedKeyUsage=clientAuth subjectKeyIdentifier=hash authorityKeyIdentifier=keyid >$c/client.ext
+openssl x509 -req -in $c/client.csr -CA $c/ca.pem -CAkey $c/ca.key -CAcreateserial -days 30 \
+	-extfile $c/client.ext -out $c/client.crt 2>/dev/null
+openssl verify -x509_strict -purpose sslclient -CAfile $c/ca.pem $c/client.crt >/dev/null
 cat $c/client.crt $c/client.key >$c/client.pem
 chmod 600 $c/*.key $c/client.pem
 cat >/etc/octavia/octavia.conf <<EOF

@@ -16,7 +16,9 @@ MEMBER_FLAVOR=member
 # member-image.sh's login user.
 MEMBER_USER=debian
 ws=/var/lib/aa-tempest
-rm -rf $ws /etc/aa-tempest
+# A workspace registry of this run's own: tempest init refuses a name
+# that an earlier run (another image's) registered.
+rm -rf $ws $ws.yaml /etc/aa-tempest
 mkdir -p /etc/aa-tempest
 export OS_CLOUD=admin
 public=$(openstack network show public -f value -c id)
@@ -114,7 +116,8 @@ prometheus_listener_enabled = true
 spare_pool_enabled = false
 EOF
 
-tempest init --config-dir /etc/aa-tempest $ws >/dev/null
+tempest init --workspace-path $ws.yaml --config-dir /etc/aa-tempest $ws >/tmp/aa-tempest-init.log 2>&1 ||
+	{ cat /tmp/aa-tempest-init.log >&2; exit 1; }
 cd $ws
 rc=0
 tempest run --config-file etc/tempest.conf --concurrency 1 --regex "$TEMPEST_REGEX" >$ws/run.log 2>&1 || rc=$?
