@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/amphora-agent/amphora-agent/agent/testkit"
 )
 
 var (
@@ -190,23 +192,27 @@ func (c *Cloud) OS(t *testing.T, as string, v any, args ...string) {
 	}
 }
 
-// Until polls cond every interval until it returns true, failing the
-// test at the deadline with cond's last description.
+// Until polls cond every interval (testkit's deadline loop, paced for
+// CLI calls that cost a second each) until it returns true, failing the
+// test at the deadline with cond's last description; returns how long it
+// took.
 func Until(t *testing.T, what string, limit, interval time.Duration, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
-	last := ""
-	for {
+	last, asked := "", false
+	held := testkit.Until(limit, func() bool {
+		if asked {
+			time.Sleep(interval)
+		}
+		asked = true
 		ok, desc := cond()
-		if ok {
-			return time.Since(start)
-		}
 		last = desc
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v (last: %s)", what, limit, last)
-		}
-		time.Sleep(interval)
+		return ok
+	})
+	if !held {
+		t.Fatalf("%s: not within %v (last: %s)", what, limit, last)
 	}
+	return time.Since(start)
 }
 
 // deleteOnFailure removes the named load balancer (cascade, not awaited)

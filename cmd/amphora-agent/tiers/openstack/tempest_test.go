@@ -147,11 +147,8 @@ func shortName(id string) string {
 	return id
 }
 
+// parseTime reads subunit2csv's times ("2026-12-05 17:22:33.196870+00:00").
 func parseTime(s string) time.Time {
-	for _, layout := range []string{"2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05.999999+00:00", time.RFC3339Nano} {
-		if tm, err := time.Parse(layout, s); err == nil {
-			return tm
-		}
-	}
-	return time.Time{}
+	tm, _ := time.Parse("2006-01-02 15:04:05.999999-07:00", s)
+	return tm
 }

@@ -333,22 +333,22 @@ datapath_type = netdev
 EOF
 
 # --- Databases, two at a time (they are CPU bound) --------------------------
-sync() {
+dbsync() {
 	local name=$1
 	shift
 	"$@" >>"$log/sync-$name.log" 2>&1 || { step "$name: database sync failed"; tail -20 "$log/sync-$name.log"; return 1; }
 }
-sync glance glance-manage db_sync &
+dbsync glance glance-manage db_sync &
 g=$!
-sync placement placement-manage db sync
+dbsync placement placement-manage db sync
 wait $g
-sync neutron neutron-db-manage --config-file /etc/neutron/neutron.conf \
+dbsync neutron neutron-db-manage --config-file /etc/neutron/neutron.conf \
 	--config-file /etc/neutron/plugins/ml2/ml2_conf.ini upgrade head &
 n=$!
-sync nova-api nova-manage api_db sync
-sync nova-cell0 nova-manage cell_v2 map_cell0
-sync nova-cell1 nova-manage cell_v2 create_cell --name cell1
-sync nova nova-manage db sync
+dbsync nova-api nova-manage api_db sync
+dbsync nova-cell0 nova-manage cell_v2 map_cell0
+dbsync nova-cell1 nova-manage cell_v2 create_cell --name cell1
+dbsync nova nova-manage db sync
 wait $n
 step "databases"
 
@@ -503,7 +503,7 @@ jobboard_enabled = false
 $(auth keystone_authtoken octavia)
 $(auth service_auth octavia)
 EOF
-sync octavia octavia-db-manage --config-file /etc/octavia/octavia.conf upgrade head
+dbsync octavia octavia-db-manage --config-file /etc/octavia/octavia.conf upgrade head
 wsgi octavia-api 9876 /usr/bin/octavia-wsgi
 service octavia-worker octavia-worker --config-file /etc/octavia/octavia.conf
 service octavia-health-manager octavia-health-manager --config-file /etc/octavia/octavia.conf
