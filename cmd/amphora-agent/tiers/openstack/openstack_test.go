@@ -60,6 +60,7 @@ func TestMain(m *testing.M) {
 	if theCloud != nil {
 		if code != 0 || cloudErr != nil {
 			theCloud.dumpErrors()
+			theCloud.keepLogs()
 		}
 		theCloud.Stop()
 	}
@@ -133,6 +134,20 @@ func (c *Cloud) tail(name string, lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
+}
+
+// keepLogs copies every service's log of a failed run out of the folder
+// Stop removes, to /var/tmp/aa-openstack-logs-<time>: an error some
+// service turned into another's answer (Octavia's API answers a database
+// error during a create with 400 "not a valid option") is only there.
+func (c *Cloud) keepLogs() {
+	dst := filepath.Join("/var/tmp", "aa-openstack-logs-"+time.Now().Format("20060102-150405"))
+	src := filepath.Join(c.Dir, "upper", "var", "log")
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "openstack tier: keeping the logs: %v: %s\n", err, out)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "openstack tier: the services' logs are in %s\n", dst)
 }
 
 // dumpErrors prints each service's ERROR lines (the first few) from the
