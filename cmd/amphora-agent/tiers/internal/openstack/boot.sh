@@ -460,6 +460,9 @@ chmod 600 $c/*.key $c/client.pem
 cat >/etc/octavia/octavia.conf <<EOF
 [DEFAULT]
 transport_url = $rabbit
+# Octavia's API answers some server-side errors as 400s; its debug log
+# has what was behind them.
+debug = true
 [api_settings]
 bind_host = 127.0.0.1
 bind_port = 9876
