@@ -221,7 +221,7 @@ OPENSTACK_RUN ?= OpenStack
 OPENSTACK_TEMPEST ?=
 OPENSTACK_IMAGE ?= ours
 OPENSTACK_TIMEOUT ?= 150m
-test-openstack: deb
+test-openstack: deps deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-openstack: needs root (namespaces, chroot, VMs)"; exit 1; fi; \
 	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \
 	image=$$(AMPHORA_IMAGE_SUITE=trixie $(BAKE) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin) || exit 1; \

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds a Debian root file system holding a whole OpenStack (Keystone,
 # Glance, Placement, Nova with libvirt and QEMU, Neutron with Open
-# vSwitch, Octavia, tempest and octavia-tempest-plugin, MariaDB and
-# RabbitMQ) for the coming real-OpenStack tier (make test-openstack),
+# vSwitch, Octavia, Barbican, tempest with the Octavia and Barbican
+# plugins, MariaDB and RabbitMQ) and a Kubernetes control plane's
+# Debian parts (etcd, kubectl) for the real-OpenStack tier (make
+# test-openstack) and the Kubernetes tier (make test-kubernetes),
 # which runs it chrooted in a network namespace of its own. Nothing is
 # configured or started here: the packages' debconf questions are all
 # answered "no" (debconf-preseed.txt) and a policy-rc.d that exits 101 is
@@ -31,7 +33,9 @@ packages=(
 	neutron-server neutron-openvswitch-agent neutron-dhcp-agent neutron-l3-agent neutron-metadata-agent
 	openvswitch-switch libvirt-daemon-system qemu-system-x86
 	octavia-api octavia-worker octavia-health-manager octavia-housekeeping
-	python3-openstackclient python3-octaviaclient tempest octavia-tempest-plugin
+	barbican-api python3-barbicanclient
+	python3-openstackclient python3-octaviaclient tempest octavia-tempest-plugin barbican-tempest-plugin
+	etcd-server kubernetes-client
 	uwsgi-core uwsgi-plugin-python3 python3-pymysql
 	mariadb-server rabbitmq-server
 	ethtool iproute2 dnsmasq-base sudo
@@ -55,7 +59,8 @@ printf '#!/bin/sh\n# openstack-root.sh: no service starts at install; the tier s
 	>"$work/root/usr/sbin/policy-rc.d"
 chmod 755 "$work/root/usr/sbin/policy-rc.d"
 chroot "$work/root" dpkg-query -W -f='${Package} ${Version}\n' keystone python3-glance python3-placement \
-	python3-nova python3-neutron python3-octavia tempest octavia-tempest-plugin libvirt-daemon \
+	python3-nova python3-neutron python3-octavia python3-barbican tempest octavia-tempest-plugin \
+	barbican-tempest-plugin etcd-server kubectl libvirt-daemon \
 	openvswitch-switch qemu-system-x86 mariadb-server rabbitmq-server uwsgi-core >"$work/root/.versions"
 count=$(chroot "$work/root" dpkg-query -W -f='${db:Status-Abbrev}\n' | grep -c '^ii')
 echo "openstack-root.sh: OpenStack on Debian $suite, $count packages, $(du -sh "$work/root" | cut -f1), built in $(($(date +%s) - start))s" >&2
