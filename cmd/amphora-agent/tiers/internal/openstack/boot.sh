@@ -3,7 +3,7 @@
 # namespaces, as their first process (inside.sh execs it in the overlay
 # root): MariaDB, RabbitMQ, Open vSwitch (userspace datapath), Keystone,
 # Glance, Placement, Nova with libvirt and QEMU TCG, Neutron (ML2,
-# Open vSwitch agent, DHCP and L3 agents), Octavia. Every service is a
+# Open vSwitch agent, DHCP and L3 agents), Barbican, Octavia. Every service is a
 # child of this shell, which waits forever once the cloud is ready
 # (/aa/ready) and reaps whatever the services orphan. Any failed step
 # writes /aa/failed and ends the namespace.
@@ -14,7 +14,7 @@ set -Eeuo pipefail
 log=/var/log/aa
 mkdir -p /run/lock
 mkdir -p $log /run/mysqld /run/openvswitch /run/libvirt /var/lib/nova/instances /var/lib/glance/images \
-	/var/lock/nova /var/lock/neutron /var/lock/octavia /etc/octavia/certs
+	/var/lock/nova /var/lock/neutron /var/lock/octavia /etc/octavia/certs /etc/barbican
 start=${EPOCHREALTIME/./}
 step() { local us=$((${EPOCHREALTIME/./} - start)); printf '%4d.%01ds %s\n' $((us / 1000000)) $((us / 100000 % 10)) "$*"; }
 trap 'step "failed at line $LINENO: $BASH_COMMAND"; touch /aa/failed; exit 1' ERR
@@ -61,7 +61,7 @@ service mariadb mariadbd --user=root --datadir=/var/lib/mysql --bind-address=127
 	--socket=/run/mysqld/mysqld.sock --skip-log-bin --innodb-flush-log-at-trx-commit=0 \
 	--max-connections=1000
 until_ok 60 "mariadb answers" mariadb -e 'SELECT 1'
-for name in keystone glance placement nova nova_api nova_cell0 neutron octavia; do
+for name in keystone glance placement nova nova_api nova_cell0 neutron barbican octavia; do
 	user=${name%%_*}
 	mariadb -e "CREATE DATABASE $name; CREATE USER IF NOT EXISTS '$user'@'127.0.0.1' IDENTIFIED BY '$pw';
 		GRANT ALL ON $name.* TO '$user'@'127.0.0.1';"
@@ -161,7 +161,7 @@ admin = c.identity.find_role("admin")
 roles = {r: c.identity.find_role(r) or c.identity.create_role(name=r) for r in ("service", "member", "reader", "load-balancer_member", "load-balancer_admin", "load-balancer_observer", "load-balancer_global_observer")}
 apis = [("glance", "image", 9292, ""), ("placement", "placement", 8778, ""),
         ("nova", "compute", 8774, "/v2.1"), ("neutron", "network", 9696, ""),
-        ("octavia", "load-balancer", 9876, "")]
+        ("barbican", "key-manager", 9311, ""), ("octavia", "load-balancer", 9876, "")]
 for name, kind, port, path in apis:
     user = c.identity.create_user(name=name, password="$pw", domain_id="default", default_project_id=service_project.id)
     # New default policies of Nova and Neutron want the service role on
@@ -332,6 +332,32 @@ ovs_use_veth = true
 datapath_type = netdev
 EOF
 
+# --- Barbican -----------------------------------------------------------------
+# Where TERMINATED_HTTPS listeners' certificates live: users store them,
+# Octavia's API grants its service user read access (an ACL) and the
+# worker fetches them for the amphora. Secrets are encrypted with a key
+# of this run's (simple_crypto), there being no HSM or Vault here.
+cat >/etc/barbican/barbican.conf <<EOF
+[DEFAULT]
+host_href = http://127.0.0.1:9311
+[database]
+connection = $(db barbican)
+[secretstore]
+enabled_secretstore_plugins = store_crypto
+[crypto]
+enabled_crypto_plugins = simple_crypto
+[simple_crypto_plugin]
+kek = $(head -c 32 /dev/urandom | base64)
+# Barbican 20 still defaults to its legacy policies, where only a
+# "creator" may store a secret; the new defaults (a project's members
+# store, its readers read) are what the other services here enforce.
+[oslo_policy]
+enforce_new_defaults = true
+enforce_scope = true
+$(auth keystone_authtoken barbican)
+EOF
+chmod 600 /etc/barbican/barbican.conf
+
 # --- Databases, two at a time (they are CPU bound) --------------------------
 dbsync() {
 	local name=$1
@@ -350,6 +376,7 @@ dbsync nova-cell0 nova-manage cell_v2 map_cell0
 dbsync nova-cell1 nova-manage cell_v2 create_cell --name cell1
 dbsync nova nova-manage db sync
 wait $n
+dbsync barbican barbican-manage db upgrade
 step "databases"
 
 # --- libvirt ---------------------------------------------------------------
@@ -374,6 +401,7 @@ service libvirtd libvirtd
 # --- The services -----------------------------------------------------------
 service glance-api glance-api --config-file /etc/glance/glance-api.conf
 wsgi placement 8778 /usr/bin/placement-api
+wsgi barbican-api 9311 /usr/bin/barbican-wsgi-api
 # One thread per process, as Debian's own nova-api-uwsgi.ini has it. nova-api
 # runs on eventlet, whose hub is per thread: the RPC reply poller lives in
 # the thread that made the process's first call, and a call waiting in
@@ -395,6 +423,7 @@ service neutron-l3-agent neutron-l3-agent --config-file /etc/neutron/neutron.con
 until_ok 120 "glance answers" curl -sf http://127.0.0.1:9292/
 until_ok 120 "placement answers" curl -sf http://127.0.0.1:8778/
 until_ok 120 "nova answers" curl -sf http://127.0.0.1:8774/
+until_ok 120 "barbican answers" curl -sf http://127.0.0.1:9311/
 
 export OS_CLOUD=admin
 until_ok 300 "nova-compute is up" sh -c 'openstack compute service list --service nova-compute -f value -c State | grep -qx up'
@@ -415,6 +444,20 @@ openstack security group rule create --protocol icmp "$(cat /aa/mgmt-sg)" >/dev/
 openstack network create --external --provider-network-type flat --provider-physical-network public public >/dev/null
 openstack subnet create --network public --subnet-range 203.0.113.0/25 --gateway 203.0.113.1 --no-dhcp \
 	--allocation-pool start=203.0.113.10,end=203.0.113.120 public-subnet >/dev/null
+# IPv6 as devstack lays it out, which the gate suite expects: a shared
+# default subnet pool whose /64s users' subnets take, and an operator's
+# router "router1" between the public network and those subnets; the
+# namespace routes the pool through it (IPv6 is routed, never NATed).
+ip -6 address add 2001:db8:ffff::1/64 dev br-ex
+openstack subnet create --network public --ip-version 6 --subnet-range 2001:db8:ffff::/64 \
+	--gateway 2001:db8:ffff::1 --no-dhcp public-subnet-v6 >/dev/null
+openstack subnet pool create --share --default --pool-prefix 2001:db8:8000::/48 --default-prefix-length 64 \
+	shared-default-subnetpool-v6 >/dev/null
+openstack router create router1 >/dev/null
+openstack router set --external-gateway public router1
+gw6=$(openstack router show router1 -f json -c external_gateway_info |
+	python3 -c 'import json,sys; print([i["ip_address"] for i in json.load(sys.stdin)["external_gateway_info"]["external_fixed_ips"] if ":" in i["ip_address"]][0])')
+ip -6 route add 2001:db8:8000::/48 via "$gw6"
 openstack flavor create --id amphora --vcpus 1 --ram "${AMPHORA_RAM_MB:-1024}" --disk 3 --private --project service amphora >/dev/null
 step "management and public networks, amphora flavor"
 # The gate suite's web servers (member-image.sh): anyone may boot them.
@@ -489,6 +532,12 @@ amp_secgroup_list = $(cat /aa/mgmt-sg)
 client_ca = $c/ca.pem
 [certificates]
 cert_generator = local_cert_generator
+# TERMINATED_HTTPS: users' certificates from Barbican, read by the service
+# user through the ACL the API sets on each secret.
+cert_manager = barbican_cert_manager
+barbican_auth = barbican_acl_auth
+region_name = RegionOne
+endpoint_type = public
 ca_certificate = $c/ca.pem
 ca_private_key = $c/ca.key
 server_certs_key_passphrase = aa-openstack-passphrase-32-bytes

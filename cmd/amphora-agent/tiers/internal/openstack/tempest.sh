@@ -48,6 +48,7 @@ load_balancer = true
 nova = true
 neutron = true
 glance = true
+barbican = true
 cinder = false
 swift = false
 horizon = false
@@ -84,7 +85,7 @@ member_role = member
 observer_role = reader
 global_observer_role = reader
 test_with_noop = false
-test_with_ipv6 = false
+test_with_ipv6 = true
 # The firewall driver enforces security groups: the plugin opens its
 # members' ports with groups of its own.
 enable_security_groups = true
@@ -106,11 +107,19 @@ log_user_roles = false
 vip_subnet_cidr = 198.51.100.128/25
 member_1_ipv4_subnet_cidr = 203.0.113.128/26
 member_2_ipv4_subnet_cidr = 203.0.113.192/26
+# IPv6 VIP subnets come from boot.sh's default pool, plugged into its
+# router1 (routed from the namespace); the members' subnets are only the
+# amphora's to reach.
+default_ipv6_subnetpool = shared-default-subnetpool-v6
+default_router = router1
+vip_ipv6_subnet_cidr = 2001:db8:8000:ffff::/64
+member_1_ipv6_subnet_cidr = 2001:db8:1::/64
+member_2_ipv6_subnet_cidr = 2001:db8:2::/64
 
 [loadbalancer-feature-enabled]
 not_implemented_is_error = true
-# No Barbican in this cloud: the plugin stores its certificates there.
-terminated_tls_enabled = false
+# The plugin stores its certificates in boot.sh's Barbican.
+terminated_tls_enabled = true
 log_offload_enabled = false
 prometheus_listener_enabled = true
 spare_pool_enabled = false
