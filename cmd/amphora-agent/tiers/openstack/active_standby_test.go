@@ -114,6 +114,7 @@ func TestOpenStackActiveStandby(t *testing.T) {
 	c.OS(t, user, &lb, "loadbalancer", "create", "--name", "pair", "--vip-subnet-id", "pair-subnet", "--flavor", "active-standby")
 	lb = waitLBActive(t, c, user, lb.ID, 20*time.Minute)
 	t.Logf("active-standby load balancer ACTIVE %v after the create", time.Since(start).Round(100*time.Millisecond))
+	logMemory(t, c, "with the pair ACTIVE")
 	for _, args := range [][]string{
 		{"loadbalancer", "listener", "create", "--name", "pair-http", "--protocol", "HTTP", "--protocol-port", "80", lb.ID},
 		{"loadbalancer", "pool", "create", "--name", "pair-pool", "--protocol", "HTTP", "--lb-algorithm", "ROUND_ROBIN", "--listener", "pair-http"},

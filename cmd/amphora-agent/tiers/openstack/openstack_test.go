@@ -48,9 +48,16 @@ func cloud(t *testing.T) *Cloud {
 	if root == "" || image == "" {
 		t.Skip("AMPHORA_OPENSTACK_ROOT and AMPHORA_IMAGE are unset: make test-openstack sets them")
 	}
-	cloudOnce.Do(func() { theCloud, cloudErr = startCloud(root, image) })
+	first := false
+	cloudOnce.Do(func() {
+		theCloud, cloudErr = startCloud(root, image)
+		first = true
+	})
 	if cloudErr != nil {
 		t.Fatal(cloudErr)
+	}
+	if first {
+		logMemory(t, theCloud, "of the cloud just up")
 	}
 	return theCloud
 }

@@ -85,6 +85,7 @@ func TestOpenStackTempest(t *testing.T) {
 type tempestResult struct {
 	name, status string
 	took         time.Duration
+	why          string // a skip's reason
 }
 
 func (r tempestResult) failed() bool { return r.status == "failure" || r.status == "error" }
@@ -95,7 +96,12 @@ func runTempest(t *testing.T, c *Cloud, regex, label string) []tempestResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
 	defer cancel()
 	start := time.Now()
-	if _, err := c.Exec(ctx, []string{"TEMPEST_REGEX=" + regex}, "bash", "/aa/tempest.sh"); err != nil {
+	peak := samplePeakMemory(c)
+	_, err := c.Exec(ctx, []string{"TEMPEST_REGEX=" + regex}, "bash", "/aa/tempest.sh")
+	if m := peak(); m.control+m.guests > 0 {
+		t.Logf("%s: memory at the run's peak: %v", label, m)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	runLog := "upper/var/lib/aa-tempest/run.log"
@@ -108,16 +114,20 @@ func runTempest(t *testing.T, c *Cloud, regex, label string) []tempestResult {
 	if err != nil || len(rows) < 2 {
 		t.Fatalf("%s: results.csv: %v (%d rows)\n%s", label, err, len(rows), c.tail(runLog, 40))
 	}
+	reasons := skipReasons(filepath.Join(c.Dir, runLog))
 	count := map[string]int{}
 	var results []tempestResult
 	for _, r := range rows[1:] {
-		res := tempestResult{name: shortName(r[0]), status: r[1]}
+		res := tempestResult{name: shortName(r[0]), status: r[1], why: reasons[shortName(r[0])]}
 		if s, e := parseTime(r[2]), parseTime(r[3]); !s.IsZero() && !e.IsZero() {
 			res.took = e.Sub(s).Round(100 * time.Millisecond)
 		}
 		count[res.status]++
 		results = append(results, res)
 		t.Logf("%s: %-8s %8v  %s", label, res.status, res.took, res.name)
+		if res.status == "skip" {
+			t.Logf("%s:   skipped because: %s", label, res.why)
+		}
 	}
 	keys := make([]string, 0, len(count))
 	for k := range count {
@@ -138,6 +148,33 @@ func runTempest(t *testing.T, c *Cloud, regex, label string) []tempestResult {
 	return results
 }
 
+// skipReasons reads the reasons stestr printed for skipped tests
+// ("{0} <id> ... SKIPPED: <reason>") from tempest.sh's run.log, by
+// shortName; results.csv has the status only.
+func skipReasons(runLog string) map[string]string {
+	reasons := map[string]string{}
+	b, err := os.ReadFile(runLog)
+	if err != nil {
+		return reasons
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		head, reason, ok := strings.Cut(line, " ... SKIPPED: ")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(head)
+		if len(fields) < 2 {
+			continue
+		}
+		id := fields[1]
+		if id == "setUpClass" && len(fields) > 2 { // "{0} setUpClass (module.Class) [0.0s]"
+			id = "setUpClass " + fields[2]
+		}
+		reasons[shortName(id)] = reason
+	}
+	return reasons
+}
+
 // shortName drops the plugin's package prefix and the id/attribute tag.
 func shortName(id string) string {
 	id = strings.TrimPrefix(id, "octavia_tempest_plugin.tests.")
@@ -151,4 +188,28 @@ func shortName(id string) string {
 func parseTime(s string) time.Time {
 	tm, _ := time.Parse("2006-01-02 15:04:05.999999-07:00", s)
 	return tm
+}
+
+// TestOpenStackSkipReasons needs no cloud: stestr's lines as tempest.sh keeps them.
+func TestOpenStackSkipReasons(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "run.log")
+	lines := "{0} octavia_tempest_plugin.tests.scenario.v2.test_pool.PoolScenarioTest.test_x[id-1,smoke] ... SKIPPED: no SCTP here\n" +
+		"{0} setUpClass (octavia_tempest_plugin.tests.spare_pool_scenario.v2.test_spare_pool.SparePoolTest) ... SKIPPED: spare pools are off\n" +
+		"{0} octavia_tempest_plugin.tests.api.v2.test_flavor.FlavorAPITest.test_y[id-2] [0.1s] ... ok\n"
+	if err := os.WriteFile(log, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := skipReasons(log)
+	want := map[string]string{
+		"scenario.v2.test_pool.PoolScenarioTest.test_x": "no SCTP here",
+		"setUpClass (octavia_tempest_plugin.tests.spare_pool_scenario.v2.test_spare_pool.SparePoolTest)": "spare pools are off",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %q, want %q", k, got[k], v)
+		}
+	}
 }

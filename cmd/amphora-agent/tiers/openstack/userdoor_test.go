@@ -119,6 +119,7 @@ func TestOpenStackUserDoor(t *testing.T) {
 		return seen["1"] > 0 && seen["2"] > 0, fmt.Sprintf("answers %v, last error %v", seen, err)
 	})
 	t.Logf("answers through the floating IP: %v", seen)
+	logMemory(t, c, "serving one load balancer")
 
 	var members []struct {
 		Name            string `json:"name"`

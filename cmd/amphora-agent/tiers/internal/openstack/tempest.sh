@@ -128,9 +128,21 @@ EOF
 tempest init --workspace-path $ws.yaml --config-dir /etc/aa-tempest $ws >/tmp/aa-tempest-init.log 2>&1 ||
 	{ cat /tmp/aa-tempest-init.log >&2; exit 1; }
 cd $ws
+# Nova removes a guest's console log with the guest, and the plugin
+# deletes its servers when a class ends, pass or fail: keep copies for
+# the run's logs (a member server that never answered SSH is only
+# explained there).
+mkdir -p /var/log/aa/consoles
+while sleep 5; do
+	for f in /var/lib/nova/instances/*/console.log; do
+		[ -e "$f" ] && cp "$f" "/var/log/aa/consoles/$(basename "$(dirname "$f")").log"
+	done
+done &
+keeper=$!
 rc=0
 tempest run --config-file etc/tempest.conf --concurrency 1 --regex "$TEMPEST_REGEX" >$ws/run.log 2>&1 || rc=$?
 stestr last --subunit >$ws/results.subunit 2>/dev/null || true
 subunit2csv <$ws/results.subunit >$ws/results.csv
+kill $keeper
 echo "tempest run: exit $rc" >>$ws/run.log
 exit 0
