@@ -220,7 +220,7 @@ test-member-image: deps
 OPENSTACK_RUN ?= OpenStack
 OPENSTACK_TEMPEST ?=
 OPENSTACK_IMAGE ?= ours
-OPENSTACK_TIMEOUT ?= 150m
+OPENSTACK_TIMEOUT ?= 240m
 test-openstack: deps deb
 	@if [ "$$(id -u)" != 0 ]; then echo "test-openstack: needs root (namespaces, chroot, VMs)"; exit 1; fi; \
 	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \

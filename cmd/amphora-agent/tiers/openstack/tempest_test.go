@@ -15,15 +15,26 @@ import (
 )
 
 // The default selection: octavia-tempest-plugin's API tests that build
-// no load balancer, the load balancer CRUD scenario (create, update,
-// delete on a real amphora), the amphora API's list, show and config
-// update, the HTTP, TCP and UDP listener CRUD scenarios, and the basic
-// HTTP, TCP and UDP traffic scenarios (two member servers through Nova).
+// no load balancer, the load balancer CRUD scenarios (IPv4 and IPv6 VIPs:
+// create, update, delete on a real amphora), the amphora API's list, show
+// and config update, the HTTP, TCP and UDP listener CRUD scenarios, the
+// health monitor CRUD scenarios of every type (round robin pools), the L7
+// policy and rule CRUD scenarios, the basic HTTP, TCP and UDP traffic
+// scenarios over IPv4 and over IPv6 (two member servers through Nova),
+// and the TERMINATED_HTTPS scenarios with Barbican, but for the three
+// that ask for an HTTP version: their client verifies the plugin's own
+// test certificates, which carry no authority key identifier, and Python
+// 3.13 refuses such a chain whatever the amphora serves (they fail with
+// the Python agent's image too; the tier's README has the run).
 const defaultTempest = `^octavia_tempest_plugin\.tests\.api\.v2\.test_(flavor|flavor_profile|flavor_capabilities|availability_zone_capabilities|provider)\.` +
-	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_load_balancer\.LoadBalancerScenarioTest\.test_load_balancer_ipv4_CRUD\[` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_load_balancer\.LoadBalancerScenarioTest\.test_load_balancer_ipv[46]_CRUD\[` +
 	`|^octavia_tempest_plugin\.tests\.api\.v2\.test_amphora\.AmphoraAPITest\.test_amphora_(list_and_show|update)\[` +
 	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_listener\.ListenerScenarioTest\.test_(http|tcp|udp)_round_robin_listener_CRUD\[` +
-	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_traffic_ops\.TrafficOperationsScenarioTest\.test_basic_(http|tcp|udp)_traffic\[`
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_healthmonitor\.HealthMonitorScenarioTest\.test_RR_(HTTP|HTTPS|PING|TCP|TLS|UDP)_healthmonitor_CRUD\[` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_l7(policy|rule)\.` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_traffic_ops\.TrafficOperationsScenarioTest\.test_basic_(http|tcp|udp)_traffic\[` +
+	`|^octavia_tempest_plugin\.tests\.scenario\.v2\.test_ipv6_traffic_ops\.IPv6TrafficOperationsScenarioTest\.test_((http|tcp)_ipv6_vip_ipv6_members|ipv6_vip_ipv6_members_udp)_traffic\[` +
+	`|^octavia_tempest_plugin\.tests\.barbican_scenario\.v2\.test_tls_barbican\.TLSWithBarbicanTest\.test_(?!http_)`
 
 // TestOpenStackTempest runs Octavia's own gate suite, octavia-tempest-
 // plugin, against the cloud: the tests matching OPENSTACK_TEMPEST (make
@@ -93,7 +104,7 @@ func (r tempestResult) failed() bool { return r.status == "failure" || r.status 
 // runTempest runs tempest.sh in the cloud and reads its results.csv.
 func runTempest(t *testing.T, c *Cloud, regex, label string) []tempestResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Minute)
 	defer cancel()
 	start := time.Now()
 	peak := samplePeakMemory(c)
@@ -201,7 +212,7 @@ func TestOpenStackSkipReasons(t *testing.T) {
 	}
 	got := skipReasons(log)
 	want := map[string]string{
-		"scenario.v2.test_pool.PoolScenarioTest.test_x": "no SCTP here",
+		"scenario.v2.test_pool.PoolScenarioTest.test_x":                                                  "no SCTP here",
 		"setUpClass (octavia_tempest_plugin.tests.spare_pool_scenario.v2.test_spare_pool.SparePoolTest)": "spare pools are off",
 	}
 	if len(got) != len(want) {
