@@ -438,6 +438,7 @@ func TestKubernetesService(t *testing.T) {
 	// The Service's deletion: the load balancer and its floating IP gone,
 	// nothing of them left in Neutron.
 	deleteService(t, c, name)
+	logKubeMemory(t, c)
 }
 
 // checkNothingLeft: on the cluster's network only the nodes', the DHCP
@@ -561,4 +562,21 @@ func deleteService(t *testing.T, c *Cloud, name string) {
 	})
 	t.Logf("service %s deleted: load balancer and floating IP gone after %v", name, time.Since(s).Round(100*time.Millisecond))
 	checkNothingLeft(t, c)
+}
+
+// logKubeMemory logs the proportional set size of the cluster's three
+// programs (the rest of the cloud is the OpenStack tier's).
+func logKubeMemory(t *testing.T, c *Cloud) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := c.Exec(ctx, nil, "bash", "-c", `for d in /proc/[0-9]*; do
+	c=$(cat $d/comm 2>/dev/null) || continue
+	case $c in etcd | kube-apiserver | openstack-cloud*) echo "$c $(awk '/^Pss:/ {print int($2 / 1024)}' $d/smaps_rollup) MiB" ;; esac
+done`)
+	if err != nil {
+		t.Logf("the cluster's memory: %v", err)
+		return
+	}
+	t.Logf("the cluster's memory (PSS): %s", strings.ReplaceAll(strings.TrimSpace(out), "\n", ", "))
 }
