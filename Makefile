@@ -32,7 +32,7 @@ DIB_PACKAGES := python3-diskimage-builder debootstrap kpartx qemu-utils curl sud
 CLOUD_PACKAGES := mariadb-server rabbitmq-server dnsmasq-base octavia-api octavia-worker octavia-health-manager octavia-housekeeping python3-openstackclient python3-octaviaclient
 CLOUD_PRESEED := cmd/amphora-agent/tiers/internal/cloud/debconf-preseed.txt
 
-.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot openstack-root member-image test-member-image test-openstack deps deps-cloud deps-dib vet bench fuzz soak flakes clean
+.PHONY: build deb image image-dib run demo test test-unit test-system test-interop test-vm test-vm-dib test-cloud test-cloud-upgrade test-vm-cloud test-vm-share test-cloud-share bench-boot openstack-root member-image test-member-image test-openstack kube-tools test-kubernetes deps deps-cloud deps-dib vet bench fuzz soak flakes clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/amphora-agent
@@ -231,6 +231,29 @@ test-openstack: deps deb
 	set -o pipefail; AMPHORA_OPENSTACK_ROOT=$$root AMPHORA_IMAGE=$$image AMPHORA_UPSTREAM_IMAGE=$$upstream AMPHORA_MEMBER_IMAGE=$$member \
 		OPENSTACK_TEMPEST='$(value OPENSTACK_TEMPEST)' OPENSTACK_IMAGE=$(OPENSTACK_IMAGE) \
 		$(GO) test -count=1 -tags openstack -p 1 -timeout $(OPENSTACK_TIMEOUT) -run '$(value OPENSTACK_RUN)' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
+
+# The Kubernetes tier (opt-in, not in make test; needs root): the
+# real-OpenStack tier's cloud with a cluster without kubelets in it
+# (etcd, kube-apiserver, the real openstack-cloud-controller-manager)
+# and Services of type LoadBalancer onto the amphorae
+# (cmd/amphora-agent/tiers/openstack/README.md). Builds the two Kubernetes
+# tools once (kube-tools.sh, cached beside the images). OPENSTACK_IMAGE
+# picks the amphora image (ours or upstream), KUBERNETES_RUN the tests.
+KUBE_TOOLS := cmd/amphora-agent/tiers/internal/kubernetes/kube-tools.sh
+KUBERNETES_RUN ?= ^TestKubernetes
+kube-tools:
+	$(KUBE_TOOLS)
+
+test-kubernetes: deps deb
+	@if [ "$$(id -u)" != 0 ]; then echo "test-kubernetes: needs root (namespaces, chroot, VMs)"; exit 1; fi; \
+	tools=$$(GO=$(GO) $(KUBE_TOOLS)) || exit 1; \
+	root=$$($(OPENSTACK_ROOT) trixie) || exit 1; \
+	image=$$(AMPHORA_IMAGE_SUITE=trixie $(BAKE) "$$(ls -t $(CURDIR)/bin/amphora-agent_*.deb | head -n1)" $(CURDIR)/bin) || exit 1; \
+	upstream=; if [ "$(OPENSTACK_IMAGE)" != ours ]; then \
+		upstream=$$(AMPHORA_IMAGE_SUITE=trixie AMPHORA_IMAGE_VARIANT=upstream-agent $(IMAGE_BUILD))/base.qcow2 || exit 1; fi; \
+	set -o pipefail; AMPHORA_OPENSTACK_ROOT=$$root AMPHORA_IMAGE=$$image AMPHORA_UPSTREAM_IMAGE=$$upstream AMPHORA_KUBE_TOOLS=$$tools \
+		OPENSTACK_IMAGE=$(OPENSTACK_IMAGE) \
+		$(GO) test -count=1 -tags openstack -p 1 -timeout $(OPENSTACK_TIMEOUT) -run '$(value KUBERNETES_RUN)' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
 
 # Octavia's upgrade under a serving load balancer (opt-in,
 # TestCloudUpgrade): the host's Octavia 11 with a bookworm amphora

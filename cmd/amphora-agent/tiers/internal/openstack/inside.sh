@@ -38,4 +38,11 @@ for pair in "amphora:${AMPHORA_IMAGE:-}" "upstream-agent:${AMPHORA_UPSTREAM_IMAG
 	touch "$r/aa/${pair%%:*}.qcow2"
 	mount --bind -o ro "${pair#*:}" "$r/aa/${pair%%:*}.qcow2"
 done
+# The Kubernetes tier (../kubernetes): its script, and kube-tools.sh's
+# folder of binaries (the API server, the cloud controller manager).
+if [ -n "${AMPHORA_KUBE_TOOLS:-}" ]; then
+	cp "$here/../kubernetes/kube.sh" "$r/aa/"
+	mkdir -p "$r/aa/kube-tools"
+	mount --bind -o ro "$AMPHORA_KUBE_TOOLS" "$r/aa/kube-tools"
+fi
 exec chroot "$r" /bin/bash /aa/boot.sh
