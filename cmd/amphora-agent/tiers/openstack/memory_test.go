@@ -3,7 +3,6 @@
 package openstack_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	cloudtier "github.com/amphora-agent/amphora-agent/cmd/amphora-agent/tiers/internal/cloud"
 )
 
 // cloudMemory is the proportional set size of every process in the
@@ -54,10 +55,8 @@ func (c *Cloud) memory() (cloudMemory, error) {
 		if l, err := os.Readlink(p + "/ns/pid"); err != nil || l != ns {
 			continue
 		}
-		pss, err := rollupPss(p + "/smaps_rollup")
-		if err != nil {
-			continue // gone meanwhile, or a kernel thread
-		}
+		pid, _ := strconv.Atoi(filepath.Base(p))
+		pss := uint64(cloudtier.ProcessPSS(pid)) << 10
 		comm, _ := os.ReadFile(p + "/comm")
 		if strings.HasPrefix(string(comm), "qemu-system") {
 			m.guests += pss
@@ -67,23 +66,6 @@ func (c *Cloud) memory() (cloudMemory, error) {
 		}
 	}
 	return m, nil
-}
-
-func rollupPss(path string) (uint64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) >= 2 && fields[0] == "Pss:" {
-			kb, err := strconv.ParseUint(fields[1], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("%s: no Pss line", path)
 }
 
 // logMemory logs the cloud's memory now, labelled with when.

@@ -203,7 +203,7 @@ func (s *Service) PSS() (kib int, procs int) {
 			continue
 		}
 		procs++
-		kib += pssOf(pid)
+		kib += ProcessPSS(pid)
 	}
 	return kib, procs
 }
@@ -229,7 +229,9 @@ func processGroup(pid int) int {
 	return pgrp
 }
 
-func pssOf(pid int) int {
+// ProcessPSS is one process's proportional set size in KiB, from
+// /proc/PID/smaps_rollup (0 if it is gone or has none).
+func ProcessPSS(pid int) int {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		return 0
