@@ -529,6 +529,7 @@ func (k *kubeCluster) createService(t *testing.T, c *Cloud, manifest string, ser
 	kubectl(t, c, manifest, "create", "-f", "-")
 	t.Cleanup(func() {
 		if t.Failed() {
+			c.saveAmphorae(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			c.Exec(ctx, nil, "kubectl", "delete", "service", name, "--wait=false")

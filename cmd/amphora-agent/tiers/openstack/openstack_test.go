@@ -38,6 +38,9 @@ type Cloud struct {
 	Dir    string
 	script string
 	run    *exec.Cmd
+
+	guardMu   sync.Mutex
+	guardRead int // bytes of tap-guard.log already reported
 }
 
 // cloud returns the run's OpenStack, brought up by the first test that
@@ -59,7 +62,25 @@ func cloud(t *testing.T) *Cloud {
 	if first {
 		logMemory(t, theCloud, "of the cloud just up")
 	}
+	t.Cleanup(func() { theCloud.reportTapGuard(t) })
 	return theCloud
+}
+
+// reportTapGuard logs what boot.sh's tap guard did since the last report:
+// each guest tap it found down and brought up (Open vSwitch's userspace
+// datapath racing libvirt on the tap's flags). The guard keeps a test from
+// failing on the tier's own fault; its entries keep that visible.
+func (c *Cloud) reportTapGuard(t *testing.T) {
+	c.guardMu.Lock()
+	defer c.guardMu.Unlock()
+	b, err := os.ReadFile(filepath.Join(c.Dir, "upper", "var", "log", "aa", "tap-guard.log"))
+	if err != nil || len(b) <= c.guardRead {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b[c.guardRead:])), "\n") {
+		t.Logf("tap guard: %s", line)
+	}
+	c.guardRead = len(b)
 }
 
 func TestMain(m *testing.M) {
@@ -237,13 +258,28 @@ func Until(t *testing.T, what string, limit, interval time.Duration, cond func()
 	return time.Since(start)
 }
 
+// saveAmphorae keeps what every live amphora sees (its agent's journal,
+// the namespace's addresses, routes, IPVS and nftables) among the logs a
+// failed run keeps, while the amphorae still exist.
+func (c *Cloud) saveAmphorae(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := c.Exec(ctx, nil, "bash", "/aa/amphora-logs.sh"); err != nil {
+		t.Logf("saving the amphorae's view: %v", err)
+		return
+	}
+	t.Logf("the amphorae's view is in /var/log/aa/amphorae of the cloud's logs")
+}
+
 // deleteOnFailure removes the named load balancer (cascade, not awaited)
-// if the test fails, so that its amphorae do not load the tests after it.
+// if the test fails, so that its amphorae do not load the tests after it;
+// their view is saved first.
 func deleteOnFailure(t *testing.T, c *Cloud, user, name string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
+		c.saveAmphorae(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := c.Exec(ctx, []string{"OS_CLOUD=" + user}, "openstack", "loadbalancer", "delete", "--cascade", name); err != nil {

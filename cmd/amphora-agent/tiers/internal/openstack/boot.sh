@@ -98,6 +98,13 @@ for br in br-mgmt br-ex br-tenant; do
 done
 ip address add 198.51.100.1/26 dev br-mgmt
 ip address add 203.0.113.1/25 dev br-ex
+# Clients outside a cloud send finished checksums. br-ex's own port stands
+# for them, and with userspace TSO its tap offers checksum offload: the
+# kernel then left IPv6 UDP checksums unfinished, router1 forwarded them
+# so, and the firewall's conntrack in br-int (OVS 3.5.0) dropped every
+# such datagram as invalid before the amphora (IPv6 UDP load balancers
+# never answered, with either agent; TCP and IPv4 were not affected).
+ethtool -K br-ex tx off >/dev/null
 
 until_ok 120 "rabbitmq answers" env HOME=/var/lib/rabbitmq /usr/lib/rabbitmq/bin/rabbitmqctl -n rabbit@localhost await_startup
 
@@ -431,6 +438,43 @@ service nova-conductor nova-conductor --config-file /etc/nova/nova.conf
 service nova-scheduler nova-scheduler --config-file /etc/nova/nova.conf
 until_ok 60 "libvirtd answers" virsh -c qemu:///system version
 service nova-compute nova-compute --config-file /etc/nova/nova.conf
+# A guest's tap is brought up by libvirt and made promiscuous by Open
+# vSwitch's userspace datapath the moment it appears; both read the
+# device's flags, change one and write them all back, and OVS reads from
+# a cache of its own. When libvirt's "up" lands between OVS's read and its
+# write, OVS writes the tap down again and the guest is cut off for good
+# (seen: an amphora that never got its management address, a failover
+# that never finished). The kernel datapath of a production cloud sets
+# promiscuity inside the kernel, without that race. The guard restores
+# what libvirt asked for: a tap of a running guest found down at two
+# checks in a row is brought up, and each time is logged (tap-guard.log);
+# the tests print every entry.
+tap_guard() {
+	local f tap dom flags
+	local -A down seen
+	while sleep 2; do
+		down=()
+		for f in /sys/class/net/tap*/flags; do
+			[ -e "$f" ] || continue
+			tap=${f#/sys/class/net/} tap=${tap%/flags}
+			flags=$(cat "$f" 2>/dev/null) || continue
+			((flags & 1)) && continue
+			down[$tap]=1
+			[ -n "${seen[$tap]:-}" ] || continue
+			dom=$(grep -l "<target dev='$tap'" /run/libvirt/qemu/*.xml 2>/dev/null) || continue
+			dom=${dom%%$'\n'*}
+			dom=$(basename "$dom" .xml)
+			[ "$(virsh domstate "$dom" 2>/dev/null)" = running ] || continue
+			ip link set "$tap" up &&
+				echo "$(date -u +%FT%TZ) $tap of $dom (running) was down (flags $flags): brought up" >>"$log/tap-guard.log"
+		done
+		seen=()
+		for tap in "${!down[@]}"; do seen[$tap]=1; done
+	done
+}
+# Its own shell without -e: a check that fails is a check to skip.
+(set +eE; trap - ERR; tap_guard) &
+echo "tap-guard $!" >>/aa/pids
 until_ok 120 "neutron answers" curl -sf http://127.0.0.1:9696/
 ovs=(--config-file /etc/neutron/neutron.conf --config-file /etc/neutron/plugins/ml2/openvswitch_agent.ini)
 service neutron-openvswitch-agent neutron-openvswitch-agent "${ovs[@]}"
@@ -455,6 +499,15 @@ openstack subnet create --network lb-mgmt-net --subnet-range 198.51.100.0/26 --g
 openstack security group create --project service lb-mgmt-sec-grp -f value -c id >/aa/mgmt-sg
 openstack security group rule create --protocol tcp --dst-port 9443 "$(cat /aa/mgmt-sg)" >/dev/null
 openstack security group rule create --protocol icmp "$(cat /aa/mgmt-sg)" >/dev/null
+# An operator's way into an amphora (devstack sets the same up): Nova puts
+# the octavia user's key pair in each amphora (amp_ssh_key_name), cloud-init
+# hands it to root, and the security group lets SSH in from the management
+# network. amphora-ssh.sh uses it to collect what a failed test's amphorae
+# saw.
+ssh-keygen -q -t ed25519 -N '' -C aa-openstack-operator -f /aa/amphora-ssh-key
+openstack --os-username octavia --os-project-name service keypair create \
+	--public-key /aa/amphora-ssh-key.pub octavia_ssh_key >/dev/null
+openstack security group rule create --protocol tcp --dst-port 22 "$(cat /aa/mgmt-sg)" >/dev/null
 # The floating IPs' network: flat on br-ex, whose own port is the router
 # "outside the cloud".
 openstack network create --external --provider-network-type flat --provider-physical-network public public >/dev/null
@@ -545,6 +598,7 @@ amp_image_tag = amphora
 amp_flavor_id = amphora
 amp_boot_network_list = $(cat /aa/mgmt-net)
 amp_secgroup_list = $(cat /aa/mgmt-sg)
+amp_ssh_key_name = octavia_ssh_key
 client_ca = $c/ca.pem
 [certificates]
 cert_generator = local_cert_generator

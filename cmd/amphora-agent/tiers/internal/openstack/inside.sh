@@ -30,7 +30,7 @@ mount -t tmpfs tmpfs "$r/dev/shm"
 mknod -m 666 "$r/dev/net/tun" c 10 200
 ln -s /proc/self/fd "$r/dev/fd"
 hostname aa-openstack
-cp "$here/boot.sh" "$here/tempest.sh" "$r/aa/"
+cp "$here/boot.sh" "$here/tempest.sh" "$here/amphora-logs.sh" "$r/aa/"
 # The images boot.sh uploads to Glance: the amphora image under test, the
 # Python agent's to compare with, and the gate suite's member servers'.
 for pair in "amphora:${AMPHORA_IMAGE:-}" "upstream-agent:${AMPHORA_UPSTREAM_IMAGE:-}" "member:${AMPHORA_MEMBER_IMAGE:-}"; do

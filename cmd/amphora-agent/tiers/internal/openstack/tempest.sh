@@ -139,10 +139,14 @@ while sleep 5; do
 	done
 done &
 keeper=$!
+# The plugin deletes its load balancers too: their amphorae's own view
+# (amphora-logs.sh), refreshed every minute, outlives them.
+while sleep 60; do bash /aa/amphora-logs.sh; done &
+amphorae=$!
 rc=0
 tempest run --config-file etc/tempest.conf --concurrency 1 --regex "$TEMPEST_REGEX" >$ws/run.log 2>&1 || rc=$?
 stestr last --subunit >$ws/results.subunit 2>/dev/null || true
 subunit2csv <$ws/results.subunit >$ws/results.csv
-kill $keeper
+kill $keeper $amphorae
 echo "tempest run: exit $rc" >>$ws/run.log
 exit 0
