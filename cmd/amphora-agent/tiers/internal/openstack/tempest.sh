@@ -137,11 +137,13 @@ while sleep 5; do
 	for f in /var/lib/nova/instances/*/console.log; do
 		[ -e "$f" ] && cp "$f" "/var/log/aa/consoles/$(basename "$(dirname "$f")").log"
 	done
-done &
+done </dev/null >/dev/null 2>&1 &
 keeper=$!
 # The plugin deletes its load balancers too: their amphorae's own view
-# (amphora-logs.sh), refreshed every minute, outlives them.
-while sleep 60; do bash /aa/amphora-logs.sh; done &
+# (amphora-logs.sh), refreshed every minute, outlives them. Neither loop
+# may hold this script's output open: its caller waits for that to close,
+# and a sleep left over after the kill below would hold it a minute.
+while sleep 60; do bash /aa/amphora-logs.sh; done </dev/null >/dev/null 2>&1 &
 amphorae=$!
 rc=0
 tempest run --config-file etc/tempest.conf --concurrency 1 --regex "$TEMPEST_REGEX" >$ws/run.log 2>&1 || rc=$?
