@@ -10,6 +10,8 @@
 # member servers boot from boot.sh's member image and flavor; without
 # them the tests that boot servers skip.
 set -euo pipefail
+# Its caller sees only the exit status and standard error.
+trap 'echo "tempest.sh: line $LINENO: \"$BASH_COMMAND\" failed" >&2' ERR
 : "${TEMPEST_REGEX:?}"
 MEMBER_IMAGE=$(cat /aa/member-image 2>/dev/null || true)
 MEMBER_FLAVOR=member
@@ -143,12 +145,16 @@ keeper=$!
 # (amphora-logs.sh), refreshed every minute, outlives them. Neither loop
 # may hold this script's output open: its caller waits for that to close,
 # and a sleep left over after the kill below would hold it a minute.
-while sleep 60; do bash /aa/amphora-logs.sh; done </dev/null >/dev/null 2>&1 &
+while sleep 60; do bash /aa/amphora-logs.sh || true; done </dev/null >/dev/null 2>&1 &
 amphorae=$!
 rc=0
 tempest run --config-file etc/tempest.conf --concurrency 1 --regex "$TEMPEST_REGEX" >$ws/run.log 2>&1 || rc=$?
 stestr last --subunit >$ws/results.subunit 2>/dev/null || true
 subunit2csv <$ws/results.subunit >$ws/results.csv
-kill $keeper $amphorae
+kill $keeper $amphorae 2>/dev/null || true
 echo "tempest run: exit $rc" >>$ws/run.log
+# With the services' logs, which a failed run keeps.
+stamp=$(date +%H%M%S)
+cp $ws/run.log /var/log/aa/tempest-$stamp-run.log
+cp $ws/results.csv /var/log/aa/tempest-$stamp-results.csv
 exit 0
