@@ -502,7 +502,7 @@ openstack security group rule create --protocol icmp "$(cat /aa/mgmt-sg)" >/dev/
 # An operator's way into an amphora (devstack sets the same up): Nova puts
 # the octavia user's key pair in each amphora (amp_ssh_key_name), cloud-init
 # hands it to root, and the security group lets SSH in from the management
-# network. amphora-ssh.sh uses it to collect what a failed test's amphorae
+# network. amphora-logs.sh uses it to collect what a failed test's amphorae
 # saw.
 ssh-keygen -q -t ed25519 -N '' -C aa-openstack-operator -f /aa/amphora-ssh-key
 openstack --os-username octavia --os-project-name service keypair create \
