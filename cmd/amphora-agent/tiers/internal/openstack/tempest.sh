@@ -150,7 +150,9 @@ amphorae=$!
 rc=0
 tempest run --config-file etc/tempest.conf --concurrency 1 --regex "$TEMPEST_REGEX" >$ws/run.log 2>&1 || rc=$?
 stestr last --subunit >$ws/results.subunit 2>/dev/null || true
-subunit2csv <$ws/results.subunit >$ws/results.csv
+# subunit2csv exits 1, silently, whenever a test failed: an outcome its
+# caller reads from results.csv, not a failure of this script.
+subunit2csv <$ws/results.subunit >$ws/results.csv || true
 kill $keeper $amphorae 2>/dev/null || true
 echo "tempest run: exit $rc" >>$ws/run.log
 # With the services' logs, which a failed run keeps.
