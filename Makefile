@@ -216,8 +216,10 @@ test-member-image: deps
 # the tests, OPENSTACK_TEMPEST the gate suite's (a regex of test ids),
 # OPENSTACK_IMAGE the amphora image: ours, upstream (the Python agent's:
 # build.sh's upstream-agent variant) or both (the gate suite on each in
-# the same cloud).
+# the same cloud), OPENSTACK_FIREWALL Neutron's security group driver
+# (openvswitch, or iptables_hybrid: the guests' taps on Linux bridges).
 OPENSTACK_RUN ?= OpenStack
+OPENSTACK_FIREWALL ?= openvswitch
 OPENSTACK_TEMPEST ?=
 OPENSTACK_IMAGE ?= ours
 OPENSTACK_TIMEOUT ?= 240m
@@ -229,7 +231,7 @@ test-openstack: deps deb
 	upstream=; if [ "$(OPENSTACK_IMAGE)" != ours ]; then \
 		upstream=$$(AMPHORA_IMAGE_SUITE=trixie AMPHORA_IMAGE_VARIANT=upstream-agent $(IMAGE_BUILD))/base.qcow2 || exit 1; fi; \
 	set -o pipefail; AMPHORA_OPENSTACK_ROOT=$$root AMPHORA_IMAGE=$$image AMPHORA_UPSTREAM_IMAGE=$$upstream AMPHORA_MEMBER_IMAGE=$$member \
-		OPENSTACK_TEMPEST='$(value OPENSTACK_TEMPEST)' OPENSTACK_IMAGE=$(OPENSTACK_IMAGE) \
+		OPENSTACK_TEMPEST='$(value OPENSTACK_TEMPEST)' OPENSTACK_IMAGE=$(OPENSTACK_IMAGE) OPENSTACK_FIREWALL=$(OPENSTACK_FIREWALL) \
 		$(GO) test -count=1 -tags openstack -p 1 -timeout $(OPENSTACK_TIMEOUT) -run '$(value OPENSTACK_RUN)' -v ./cmd/amphora-agent/tiers/openstack/ 2>&1 | grep --line-buffered -v '^=== '
 
 # The Kubernetes tier (opt-in, not in make test; needs root): the

@@ -326,6 +326,15 @@ flat_networks = mgmt,public
 [ml2_type_vlan]
 network_vlan_ranges = tenant:100:199
 EOF
+# openvswitch: conntrack flows in br-int, the guests' taps on br-int
+# itself. iptables_hybrid: each tap on a Linux bridge of its own, joined
+# to br-int by a veth pair that is up before Open vSwitch opens it, so the
+# userspace datapath never races libvirt over a tap's flags (README).
+firewall=${OPENSTACK_FIREWALL:-openvswitch}
+case $firewall in
+openvswitch | iptables_hybrid) ;;
+*) step "OPENSTACK_FIREWALL=$firewall: openvswitch or iptables_hybrid"; false ;;
+esac
 cat >/etc/neutron/plugins/ml2/openvswitch_agent.ini <<EOF
 [ovs]
 bridge_mappings = mgmt:br-mgmt,public:br-ex,tenant:br-tenant
@@ -335,7 +344,7 @@ datapath_type = netdev
 tunnel_types =
 [securitygroup]
 enable_security_group = true
-firewall_driver = openvswitch
+firewall_driver = $firewall
 EOF
 cat >/etc/neutron/dhcp_agent.ini <<EOF
 [DEFAULT]
